@@ -1,0 +1,145 @@
+"""Static facts read out of a compiled image: ELF machine and arch, symbols, kernel parameters,
+and resource use. This is what `attnpack verify` checks for targets we cannot run here."""
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass, field
+
+import msgpack
+
+EM_CUDA = 190
+EM_AMDGPU = 224
+# EF_AMDGPU_MACH values (LLVM's AMDGPUUsage).
+AMDGPU_MACH = {"gfx942": 0x04C, "gfx950": 0x04F}
+NT_AMDGPU_METADATA = 32
+# .nv.info attribute ids (CUDA's EIATTR_*).
+EIATTR_REGCOUNT = 0x2F
+EIATTR_KPARAM_INFO = 0x17
+EIATTR_CBANK_PARAM_SIZE = 0x19
+
+
+class ElfError(ValueError):
+    pass
+
+
+@dataclass
+class KernelFacts:
+    machine: str                 # "cuda" or "amdgpu"
+    arch: str                    # "sm_90", "gfx942", ...
+    symbols: set[str]
+    params: list[tuple[int, int]] = field(default_factory=list)   # (offset, size) in order
+    kernarg_size: int = 0
+    resources: dict[str, int] = field(default_factory=dict)
+
+
+def _sections(data: bytes) -> list[tuple[str, int, int, int, int]]:
+    """[(name, type, offset, size, link)] of an ELF64 little-endian file."""
+    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
+        raise ElfError("not a 64-bit little-endian ELF file")
+    shoff = struct.unpack_from("<Q", data, 0x28)[0]
+    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 0x3A)
+    raw = []
+    for i in range(shnum):
+        name, typ, _flags, _addr, offset, size, link = struct.unpack_from(
+            "<IIQQQQI", data, shoff + i * shentsize)
+        raw.append((name, typ, offset, size, link))
+    str_off = raw[shstrndx][2]
+    return [(_cstr(data, str_off + n), t, o, s, l) for n, t, o, s, l in raw]
+
+
+def _cstr(data: bytes, at: int) -> str:
+    return data[at:data.index(b"\0", at)].decode()
+
+
+def _symbols(data: bytes, sections) -> set[str]:
+    out = set()
+    for _name, typ, offset, size, link in sections:
+        if typ != 2:  # SHT_SYMTAB
+            continue
+        str_off = sections[link][2]
+        for at in range(offset, offset + size, 24):
+            st_name = struct.unpack_from("<I", data, at)[0]
+            if st_name:
+                out.add(_cstr(data, str_off + st_name))
+    return out
+
+
+def _cuda_facts(data: bytes, flags: int, symbol: str) -> KernelFacts:
+    sections = _sections(data)
+    facts = KernelFacts("cuda", f"sm_{flags & 0xFF}", _symbols(data, sections))
+    info = next((s for s in sections if s[0] == f".nv.info.{symbol}"), None)
+    if info is None:
+        raise ElfError(f"no .nv.info.{symbol} section (is '{symbol}' the entry point?)")
+    params = {}
+    at, end = info[2], info[2] + info[3]
+    while at < end:
+        fmt, attr = data[at], data[at + 1]
+        if fmt == 4:       # EIFMT_SVAL: u16 length, payload
+            length = struct.unpack_from("<H", data, at + 2)[0]
+            payload, at = data[at + 4:at + 4 + length], at + 4 + length
+        elif fmt == 3:     # EIFMT_HVAL: u16 value
+            payload, at = data[at + 2:at + 4], at + 4
+        else:              # EIFMT_NVAL / BVAL
+            payload, at = data[at + 2:at + 2], at + 2 if fmt == 1 else at + 4
+        if attr == EIATTR_KPARAM_INFO:
+            _, ordinal, offset, flag_word = struct.unpack_from("<IHHI", payload)
+            params[ordinal] = (offset, (flag_word >> 18) & 0x3FFF)
+        elif attr == EIATTR_CBANK_PARAM_SIZE:
+            facts.kernarg_size = struct.unpack_from("<H", payload)[0]
+    facts.params = [params[i] for i in sorted(params)]
+    for s in sections:
+        if s[0] == ".nv.info":  # module-wide attributes: per-function register counts
+            at, end = s[2], s[2] + s[3]
+            while at < end:
+                fmt, attr = data[at], data[at + 1]
+                length = struct.unpack_from("<H", data, at + 2)[0] if fmt == 4 else 2
+                if attr == EIATTR_REGCOUNT:
+                    facts.resources["registers"] = struct.unpack_from("<I", data, at + 8)[0]
+                at += 4 + length if fmt == 4 else 4
+    local = next((s for s in sections if s[0] == f".nv.local.{symbol}"), None)
+    facts.resources["local_bytes"] = local[3] if local else 0
+    return facts
+
+
+def _amdgpu_facts(data: bytes, flags: int, symbol: str) -> KernelFacts:
+    sections = _sections(data)
+    mach = flags & 0xFF
+    arch = next((a for a, m in AMDGPU_MACH.items() if m == mach), f"gfx-unknown-0x{mach:x}")
+    facts = KernelFacts("amdgpu", arch, _symbols(data, sections))
+    note = next((s for s in sections if s[1] == 7), None)  # SHT_NOTE
+    if note is None:
+        raise ElfError("no note section with AMDGPU code object metadata")
+    at, end, meta = note[2], note[2] + note[3], None
+    while at < end:
+        namesz, descsz, ntype = struct.unpack_from("<III", data, at)
+        desc_at = at + 12 + ((namesz + 3) & ~3)
+        if ntype == NT_AMDGPU_METADATA:
+            meta = msgpack.unpackb(data[desc_at:desc_at + descsz], raw=False)
+        at = desc_at + ((descsz + 3) & ~3)
+    kernels = [k for k in (meta or {}).get("amdhsa.kernels", []) if k.get(".name") == symbol]
+    if not kernels:
+        raise ElfError(f"no amdhsa.kernels entry named '{symbol}'")
+    k = kernels[0]
+    facts.params = [(a[".offset"], a[".size"]) for a in k[".args"]
+                    if not a[".value_kind"].startswith("hidden_")]
+    facts.kernarg_size = k[".kernarg_segment_size"]
+    facts.resources = {
+        "vgpr": k.get(".vgpr_count", 0), "sgpr": k.get(".sgpr_count", 0),
+        "agpr": k.get(".agpr_count", 0), "lds_bytes": k.get(".group_segment_fixed_size", 0),
+        "scratch_bytes": k.get(".private_segment_fixed_size", 0),
+        "vgpr_spills": k.get(".vgpr_spill_count", 0), "sgpr_spills": k.get(".sgpr_spill_count", 0),
+        "wavefront_size": k.get(".wavefront_size", 0),
+    }
+    return facts
+
+
+def kernel_facts(image: bytes, symbol: str) -> KernelFacts:
+    if len(image) < 64:
+        raise ElfError(f"{len(image)} bytes is too short for an ELF header")
+    machine = struct.unpack_from("<H", image, 0x12)[0]
+    flags = struct.unpack_from("<I", image, 0x30)[0]
+    if machine == EM_CUDA:
+        return _cuda_facts(image, flags, symbol)
+    if machine == EM_AMDGPU:
+        return _amdgpu_facts(image, flags, symbol)
+    raise ElfError(f"ELF machine {machine} is neither CUDA ({EM_CUDA}) nor AMDGPU ({EM_AMDGPU})")

@@ -1,0 +1,45 @@
+"""Constants and encoding rules shared by the archive writer, reader and verifier."""
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import msgpack
+
+MAGIC = b"ATTNPACK"
+FORMAT_MAJOR = 1
+FORMAT_MINOR = 0
+# magic, major, minor, meta size, sha256(meta)
+PREAMBLE = struct.Struct("<8sHHI32s")
+ZSTD_LEVEL = 19
+SUFFIX = ".apk"
+IMAGE_KINDS = {"cubin", "hsaco"}
+
+
+class ArchiveError(Exception):
+    """A defect in an archive file; the message names the file, the problem and the fix."""
+
+    def __init__(self, path: Path | str, problem: str, fix: str = "rebuild it with `attnpack build`"):
+        self.path, self.problem = Path(path), problem
+        super().__init__(f"{Path(path).name}: {problem} — {fix}")
+
+
+def archive_filename(bundle_version: str, arch: str) -> str:
+    return f"attnpack-{bundle_version}-{arch}{SUFFIX}"
+
+
+def canonical(obj):
+    """Maps with sorted keys, recursively, so equal content packs to equal bytes."""
+    if isinstance(obj, dict):
+        return {k: canonical(obj[k]) for k in sorted(obj)}
+    if isinstance(obj, (list, tuple)):
+        return [canonical(x) for x in obj]
+    return obj
+
+
+def pack(obj) -> bytes:
+    return msgpack.packb(canonical(obj), use_bin_type=True)
+
+
+def unpack(data: bytes):
+    return msgpack.unpackb(data, raw=False, strict_map_key=False)

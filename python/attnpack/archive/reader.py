@@ -1,0 +1,95 @@
+"""Read an archive and check its structure; images are inflated only when asked for."""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import zstandard
+
+from attnpack.archive.format import (FORMAT_MAJOR, FORMAT_MINOR, MAGIC, PREAMBLE, ArchiveError,
+                                     unpack)
+from attnpack.family import KNOWN_ARCHS
+
+
+@dataclass
+class Archive:
+    path: Path
+    format_version: tuple[int, int]
+    meta: dict
+    index: dict
+    _data: bytes
+
+    @property
+    def arch(self) -> str:
+        return self.meta["arch"]
+
+    @property
+    def kernels(self) -> list[dict]:
+        return self.index["kernels"]
+
+    def kernel(self, name: str) -> dict:
+        for k in self.kernels:
+            if k["name"] == name:
+                return k
+        raise KeyError(f"{self.path.name}: no kernel {name!r}")
+
+    def compressed_image(self, i: int) -> bytes:
+        rec = self.index["images"][i]
+        start = self.meta["images_offset"] + rec["offset"]
+        return self._data[start:start + rec["size"]]
+
+    def image(self, i: int) -> bytes:
+        """The raw image, inflated and checked against its sha256."""
+        rec = self.index["images"][i]
+        try:
+            raw = zstandard.ZstdDecompressor().decompress(self.compressed_image(i))
+        except zstandard.ZstdError as e:
+            raise ArchiveError(self.path, f"image {i} ({rec['symbol']}) does not inflate: {e}")
+        if len(raw) != rec["raw_size"] or hashlib.sha256(raw).digest() != rec["sha256"]:
+            raise ArchiveError(self.path, f"image {i} ({rec['symbol']}) fails its sha256 check")
+        return raw
+
+
+def _section(path: Path, data: bytes, offset: int, size: int, what: str) -> bytes:
+    if offset < 0 or size < 0 or offset + size > len(data):
+        raise ArchiveError(path, f"{what} at bytes {offset}..{offset + size} lies past the end of "
+                                 f"the {len(data)}-byte file (truncated?)")
+    return data[offset:offset + size]
+
+
+def read_archive(path: Path | str) -> Archive:
+    """Open and check everything but the images' contents (see `Archive.image`)."""
+    path = Path(path)
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise ArchiveError(path, f"cannot be read ({e.strerror})", "check the path") from None
+    if len(data) < PREAMBLE.size:
+        raise ArchiveError(path, f"is {len(data)} bytes, shorter than the {PREAMBLE.size}-byte "
+                                 "preamble (truncated?)")
+    magic, major, minor, meta_size, meta_sha = PREAMBLE.unpack_from(data)
+    if magic != MAGIC:
+        raise ArchiveError(path, f"is not an attnpack archive (magic {magic!r})",
+                           "point at an attnpack-*.apk file")
+    if major != FORMAT_MAJOR:
+        raise ArchiveError(path, f"has format {major}.{minor}; this attnpack reads "
+                                 f"{FORMAT_MAJOR}.x", "rebuild the bundle or update attnpack")
+    meta_bytes = _section(path, data, PREAMBLE.size, meta_size, "the meta map")
+    if hashlib.sha256(meta_bytes).digest() != meta_sha:
+        raise ArchiveError(path, "meta map fails its sha256 check (corrupt header)")
+    meta = unpack(meta_bytes)
+    if meta.get("arch") not in KNOWN_ARCHS:
+        raise ArchiveError(path, f"targets unknown arch {meta.get('arch')!r} "
+                                 f"(known: {', '.join(KNOWN_ARCHS)})")
+    index_bytes = _section(path, data, meta["index_offset"], meta["index_size"], "the index")
+    if hashlib.sha256(index_bytes).digest() != meta["index_sha256"]:
+        raise ArchiveError(path, "index fails its sha256 check (corrupt index)")
+    index = unpack(index_bytes)
+    end = meta["images_offset"]
+    for i, rec in enumerate(index["images"]):
+        _section(path, data, meta["images_offset"] + rec["offset"], rec["size"], f"image {i}")
+        end = max(end, meta["images_offset"] + rec["offset"] + rec["size"])
+    if end != len(data):
+        raise ArchiveError(path, f"has {len(data) - end} bytes after its last image")
+    return Archive(path, (major, minor), meta, index, data)

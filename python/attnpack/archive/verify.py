@@ -1,0 +1,148 @@
+"""attnpack verify: every check an archive must pass before it ships.
+
+Structure and hashes (the reader), versions, index consistency, and for every image its ELF
+machine and arch, entry symbol, parameter layout and resource use against the launch spec.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+from attnpack import abi
+from attnpack.archive.elf import ElfError, kernel_facts
+from attnpack.archive.format import ArchiveError
+from attnpack.archive.reader import Archive, read_archive
+
+PARAM_SIZE = {"ptr": 8, "i64": 8, "i32": 4, "f32": 4}
+# Per-arch resource ceilings: shared memory / LDS per block, registers, threads per block.
+LIMITS = {
+    "sm_90": {"shared": 232448, "registers": 255, "threads": 1024},
+    "gfx942": {"shared": 65536, "vgpr": 512, "threads": 1024},
+    "gfx950": {"shared": 163840, "vgpr": 512, "threads": 1024},
+}
+IMAGE_KIND = {"sm_90": "cubin", "gfx942": "hsaco", "gfx950": "hsaco"}
+
+
+def _check_index(ar: Archive) -> list[str]:
+    problems = []
+    images = ar.index["images"]
+    used = set()
+    names = [k["name"] for k in ar.kernels]
+    if len(set(names)) != len(names):
+        problems.append("index: duplicate kernel names")
+    if not ar.meta.get("compilers", {}).get("triton"):
+        problems.append("meta: the triton compiler version is not recorded")
+    for k in ar.kernels:
+        where = f"kernel {k['name']}"
+        key = k["key"]
+        tag = f"{key['dtype']}-d{key['head_dim']}-{'causal' if key['causal'] else 'full'}"
+        if not k["name"].startswith(f"{k['family']}/{k['op']}/{tag}/"):
+            problems.append(f"{where}: name disagrees with its family/op/key ({tag})")
+        if key["dtype"] not in abi.DTYPES:
+            problems.append(f"{where}: dtype {key['dtype']!r} is not one of {abi.DTYPES}")
+        ws = tuple(w["name"] for w in k["workspace"])
+        for w in k["workspace"]:
+            bad = [s for s in w["shape"] if s not in abi.SIZES]
+            if bad:
+                problems.append(f"{where}: workspace {w['name']} has unknown size words {bad}")
+        if not k["steps"]:
+            problems.append(f"{where}: no launch steps")
+        for s in k["steps"]:
+            here = f"{where} step {s['name']}"
+            if not 0 <= s["image"] < len(images):
+                problems.append(f"{here}: image {s['image']} is out of range")
+                continue
+            used.add(s["image"])
+            if images[s["image"]]["symbol"] != s["symbol"]:
+                problems.append(f"{here}: symbol {s['symbol']} differs from its image's "
+                                f"{images[s['image']]['symbol']}")
+            for word, typ, _div in s["params"]:
+                try:
+                    expect = abi.param_type(word, ws)
+                except KeyError as e:
+                    problems.append(f"{here}: {e.args[0]}")
+                    continue
+                if expect != typ:
+                    problems.append(f"{here}: param {word} has type {typ}, vocabulary says {expect}")
+            for dim in s["grid"]:
+                for var, div in dim:
+                    if var not in abi.GRID_VARS or div < 1:
+                        problems.append(f"{here}: bad grid factor [{var}, {div}]")
+    for i in range(len(images)):
+        if i not in used:
+            problems.append(f"index: image {i} ({images[i]['symbol']}) is used by no kernel")
+    by_name = {k["name"]: k for k in ar.kernels}
+    for sel in ar.index["selection"]:
+        k = by_name.get(sel["kernel"])
+        if k is None:
+            problems.append(f"selection: {sel['op']} {sel['dtype']} d{sel['head_dim']} names "
+                            f"missing kernel {sel['kernel']}")
+        elif k["op"] != sel["op"] or any(k["key"][f] != sel[f] for f in ("dtype", "head_dim",
+                                                                          "causal")):
+            problems.append(f"selection: entry for {sel['op']} {sel['dtype']} d{sel['head_dim']} "
+                            f"points at {sel['kernel']}, whose key differs")
+    return problems
+
+
+def _check_image(ar: Archive, i: int, steps: list[dict]) -> list[str]:
+    rec = ar.index["images"][i]
+    where = f"image {i} ({rec['symbol']})"
+    try:
+        raw = ar.image(i)
+    except ArchiveError as e:
+        return [f"{where}: {e.problem}"]
+    if rec["kind"] != IMAGE_KIND[ar.arch]:
+        return [f"{where}: is a {rec['kind']}, a {ar.arch} archive holds {IMAGE_KIND[ar.arch]}"]
+    try:
+        facts = kernel_facts(raw, rec["symbol"])
+    except ElfError as e:
+        return [f"{where}: {e}"]
+    problems = []
+    if facts.arch != ar.arch:
+        problems.append(f"{where}: ELF is built for {facts.arch}, the archive targets {ar.arch}")
+    if rec["symbol"] not in facts.symbols:
+        problems.append(f"{where}: entry symbol missing from the ELF symbol table")
+    limits = LIMITS[ar.arch]
+    res = facts.resources
+    if facts.machine == "cuda":
+        if res.get("local_bytes", 0):
+            problems.append(f"{where}: uses {res['local_bytes']} bytes of local memory (spills)")
+        if res.get("registers", 0) > limits["registers"]:
+            problems.append(f"{where}: {res['registers']} registers > {limits['registers']}")
+    else:
+        if res["vgpr_spills"] or res["sgpr_spills"] or res["scratch_bytes"]:
+            problems.append(f"{where}: spills ({res['vgpr_spills']} VGPR, {res['sgpr_spills']} "
+                            f"SGPR, {res['scratch_bytes']} scratch bytes)")
+        if res["vgpr"] + res["agpr"] > limits["vgpr"]:
+            problems.append(f"{where}: {res['vgpr']}+{res['agpr']} VGPR/AGPR > {limits['vgpr']}")
+        if res["wavefront_size"] != 64:
+            problems.append(f"{where}: wavefront size {res['wavefront_size']}, expected 64")
+    for s in steps:
+        sizes = [PARAM_SIZE[t] for _, t, _ in s["params"]]
+        if [size for _, size in facts.params] != sizes:
+            problems.append(f"{where}: ELF parameters {[sz for _, sz in facts.params]} bytes "
+                            f"disagree with the launch spec's {sizes}")
+        if facts.kernarg_size != s["kernarg_size"]:
+            problems.append(f"{where}: ELF kernarg size {facts.kernarg_size} != launch spec "
+                            f"{s['kernarg_size']}")
+        if s["shared"] > limits["shared"]:
+            problems.append(f"{where}: {s['shared']} bytes of shared memory > {limits['shared']}")
+        if s["block"][0] > limits["threads"]:
+            problems.append(f"{where}: {s['block'][0]} threads per block > {limits['threads']}")
+    return problems
+
+
+def verify_archive(path: Path | str) -> tuple[Archive | None, list[str]]:
+    """Returns (archive, problems); an empty list means the archive is sound."""
+    try:
+        ar = read_archive(path)
+    except ArchiveError as e:
+        return None, [str(e)]
+    problems = _check_index(ar)
+    steps_by_image: dict[int, list[dict]] = {}
+    for k in ar.kernels:
+        for s in k["steps"]:
+            steps_by_image.setdefault(s["image"], []).append(s)
+    for i in range(len(ar.index["images"])):
+        problems += _check_image(ar, i, steps_by_image.get(i, []))
+    return ar, [f"{Path(path).name}: {p}" if not p.startswith(Path(path).name) else p
+                for p in problems]

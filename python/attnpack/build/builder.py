@@ -1,0 +1,152 @@
+"""attnpack build: enumerate the variants to ship, compile them, pack one archive per arch."""
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from attnpack import __version__, abi
+from attnpack.archive import Image, archive_filename, write_archive
+from attnpack.build.compile import (CompileCache, CompiledStep, CompileJob, CompileStats,
+                                    compile_jobs)
+from attnpack.family import KNOWN_ARCHS, FamilySpec, Variant, load_families
+
+PARAM_SIZE = {"ptr": 8, "i64": 8, "i32": 4, "f32": 4}
+
+
+class BuildError(Exception):
+    pass
+
+
+@dataclass
+class BuildRequest:
+    archs: tuple[str, ...]
+    out_dir: Path
+    all_variants: bool = False            # the whole declared space (for tuning)
+    jobs: int = os.cpu_count() or 1
+    timeout: float = 600.0                # per kernel, seconds
+    cache_dir: Path | None = None
+    families: tuple[str, ...] = ()        # empty: every family
+    ops: tuple[str, ...] = ()
+    dtypes: tuple[str, ...] = ()
+    head_dims: tuple[int, ...] = ()
+    kernels_root: Path | None = None
+    stats: CompileStats = field(default_factory=CompileStats)
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(os.environ.get("ATTNPACK_CACHE_DIR") or Path(base) / "attnpack")
+
+
+def _wanted(req: BuildRequest, v: Variant) -> bool:
+    return ((not req.ops or v.op in req.ops) and (not req.dtypes or v.key.dtype in req.dtypes)
+            and (not req.head_dims or v.key.head_dim in req.head_dims))
+
+
+def plan_variants(req: BuildRequest, arch: str, families: dict[str, FamilySpec]
+                  ) -> tuple[list[Variant], list[Variant]]:
+    """(variants to build, the default per functional key) for one arch."""
+    if arch not in KNOWN_ARCHS:
+        raise BuildError(f"unknown arch '{arch}' (known: {', '.join(KNOWN_ARCHS)})")
+    unknown = set(req.families) - set(families)
+    if unknown:
+        raise BuildError(f"unknown famil{'ies' if len(unknown) > 1 else 'y'} "
+                         f"{', '.join(sorted(unknown))} (known: {', '.join(sorted(families))})")
+    chosen = [f for n, f in sorted(families.items())
+              if arch in f.archs and (not req.families or n in req.families)]
+    defaults = [v for f in chosen for v in f.default_variants(arch) if _wanted(req, v)]
+    seen: dict[tuple, str] = {}
+    for v in defaults:
+        other = seen.setdefault((v.op, v.key), v.name)
+        if other != v.name:
+            raise BuildError(f"{arch}: {other} and {v.name} are both the default for {v.op} "
+                             f"{v.key.tag}; a tuning database must choose between them")
+    variants = {v.name: v for v in defaults}
+    if req.all_variants:
+        for f in chosen:
+            variants.update({v.name: v for v in f.all_variants(arch) if _wanted(req, v)})
+    if not variants:
+        raise BuildError(f"empty variant selection for {arch}: no family/op/dtype/head-dim "
+                         "matches the filters")
+    return sorted(variants.values(), key=lambda v: v.name), defaults
+
+
+def _kernarg_size(types: list[str]) -> int:
+    size = 0
+    for t in types:
+        n = PARAM_SIZE[t]
+        size = (size + n - 1) // n * n + n
+    return (size + 7) // 8 * 8 if size else 0
+
+
+def _step_record(job: CompileJob, compiled: CompiledStep, image_index: int) -> dict:
+    ws = tuple(w.name for w in job.variant.workspace)
+    params = [[w, abi.param_type(w, ws),
+               16 if abi.param_type(w, ws) == "ptr" or w in job.step.divisible_by_16 else 1]
+              for w in job.step.args]
+    params += [[w, "ptr", 1] for w in abi.TRITON_SCRATCH]
+    md = compiled.meta
+    return {
+        "name": job.step.name, "image": image_index, "symbol": compiled.symbol,
+        "params": params,
+        "grid": [[[var, div] for var, div in dim] for dim in job.step.grid],
+        "block": [md["num_warps"] * md["warp_size"], 1, 1],
+        "shared": md["shared"],
+        "cluster": [md["num_ctas"], 1, 1],
+        "scratch": {"global_size": md["global_scratch_size"],
+                    "global_align": md["global_scratch_align"],
+                    "profile_size": md["profile_scratch_size"],
+                    "profile_align": md["profile_scratch_align"]},
+        "tensormaps": [],
+        "kernarg_size": _kernarg_size([p[1] for p in params]),
+    }
+
+
+def _compiler_versions() -> dict[str, str]:
+    import triton
+    return {"triton": triton.__version__}
+
+
+def build_archives(req: BuildRequest, progress: Callable[[int, str], Callable[[int], None]]
+                   = lambda total, label: (lambda n: None)) -> list[Path]:
+    """Build one archive per arch in `req.archs`; returns their paths.
+
+    `progress(total, label)` returns a callback advanced by the number of steps finished.
+    """
+    families = load_families(req.kernels_root)
+    cache = CompileCache(req.cache_dir)
+    plans = {arch: plan_variants(req, arch, families) for arch in req.archs}
+    jobs = {arch: [CompileJob(v, s) for v in plans[arch][0] for s in v.steps] for arch in req.archs}
+    total = sum(len(j) for j in jobs.values())
+    advance = progress(total, f"compiling {total} kernels for {', '.join(req.archs)}")
+    keyed = {arch: [(job.cache_key(), job) for job in arch_jobs] for arch, arch_jobs in jobs.items()}
+    compiled = compile_jobs([job for arch in req.archs for job in jobs[arch]], cache,
+                            workers=max(1, req.jobs), timeout=req.timeout, on_done=advance,
+                            stats=req.stats)
+    paths = []
+    for arch in req.archs:
+        variants, defaults = plans[arch]
+        images: list[Image] = []
+        image_at: dict[str, int] = {}
+        steps_of: dict[str, list[dict]] = {v.name: [] for v in variants}
+        for key, job in keyed[arch]:
+            out = compiled[key]
+            digest = hashlib.sha256(out.image).hexdigest()
+            if digest not in image_at:
+                image_at[digest] = len(images)
+                images.append(Image(out.kind, out.symbol, out.image))
+            steps_of[job.variant.name].append(_step_record(job, out, image_at[digest]))
+        kernels = [{"name": v.name, "family": v.family, "op": v.op, "key": v.key.as_dict(),
+                    "config": dict(v.config), "steps": steps_of[v.name],
+                    "workspace": [{"name": w.name, "shape": list(w.shape)} for w in v.workspace]}
+                   for v in variants]
+        selection = [{"op": v.op, **v.key.as_dict(), "kernel": v.name} for v in defaults]
+        fams = {v.family: {"provenance": dict(families[v.family].provenance)} for v in variants}
+        path = req.out_dir / archive_filename(__version__, arch)
+        paths.append(write_archive(path, arch=arch, bundle_version=__version__,
+                                   compilers=_compiler_versions(), images=images,
+                                   kernels=kernels, selection=selection, families=fams))
+    return paths

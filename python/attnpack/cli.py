@@ -1,0 +1,147 @@
+"""The `attnpack` command line. Thin: it parses, then calls the library."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from attnpack import __version__
+from attnpack.family import KNOWN_ARCHS
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="attnpack")
+def main():
+    """attnpack: precompiled attention bundles.
+
+    \b
+    Example:
+      attnpack build --arch sm_90 --arch gfx950 -o out/
+      attnpack verify out/attnpack-0.1.0-sm_90.apk
+    """
+
+
+def _progress(total: int, label: str):
+    bar = click.progressbar(length=total, label=label, show_eta=True, show_pos=True,
+                            file=sys.stderr)
+    bar.__enter__()
+    state = {"done": 0}
+
+    def advance(n: int) -> None:
+        state["done"] += n
+        bar.update(n)
+        if state["done"] >= total:
+            bar.__exit__(None, None, None)
+    if total == 0:
+        bar.__exit__(None, None, None)
+    return advance
+
+
+@main.command()
+@click.option("--arch", "archs", multiple=True, required=True,
+              type=click.Choice(KNOWN_ARCHS), help="Target GPU arch; repeat for several.")
+@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              default=Path("out"), show_default=True, help="Folder for the archives.")
+@click.option("--all", "all_variants", is_flag=True,
+              help="Build the whole declared variant space (a tuning archive).")
+@click.option("--jobs", "-j", type=int, default=os.cpu_count() or 1, show_default=True,
+              help="Parallel compiler processes.")
+@click.option("--timeout", type=float, default=600.0, show_default=True,
+              help="Per-kernel compile timeout in seconds; a timeout fails the build.")
+@click.option("--cache-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="Compile cache (default $ATTNPACK_CACHE_DIR or ~/.cache/attnpack).")
+@click.option("--no-cache", is_flag=True, help="Compile everything afresh.")
+@click.option("--family", "families", multiple=True, help="Only these families.")
+@click.option("--op", "ops", multiple=True, type=click.Choice(["fwd", "bwd"]), help="Only these ops.")
+@click.option("--dtype", "dtypes", multiple=True, type=click.Choice(["fp16", "bf16"]),
+              help="Only these dtypes.")
+@click.option("--head-dim", "head_dims", multiple=True, type=int, help="Only these head dims.")
+def build(archs, out_dir, all_variants, jobs, timeout, cache_dir, no_cache, families, ops,
+          dtypes, head_dims):
+    """Compile kernel families into one archive per arch (no GPU needed).
+
+    \b
+    Example:
+      attnpack build --arch sm_90 --arch gfx942 --arch gfx950 -o out/
+      attnpack build --arch sm_90 --all -o tuning/        # every declared variant
+    """
+    from attnpack.build import BuildError, BuildRequest, build_archives
+    from attnpack.build.builder import default_cache_dir
+    from attnpack.build.compile import CompileFailure
+    req = BuildRequest(archs=tuple(dict.fromkeys(archs)), out_dir=out_dir,
+                       all_variants=all_variants, jobs=jobs, timeout=timeout,
+                       cache_dir=None if no_cache else (cache_dir or default_cache_dir()),
+                       families=families, ops=ops, dtypes=dtypes, head_dims=head_dims)
+    start = time.monotonic()
+    try:
+        paths = build_archives(req, progress=_progress)
+    except (BuildError, CompileFailure, ValueError) as e:
+        raise click.ClickException(str(e))
+    took = time.monotonic() - start
+    for p in paths:
+        click.echo(f"wrote {p} ({p.stat().st_size / 1024:.0f} KiB)")
+    click.echo(f"{req.stats.compiled} compiled, {req.stats.cache_hits} from cache, "
+               f"{took:.1f} s")
+
+
+@main.command()
+@click.argument("archive", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def inspect(archive, as_json):
+    """List the kernels of an archive per family/op/key, with sizes and compression.
+
+    \b
+    Example:
+      attnpack inspect out/attnpack-0.1.0-sm_90.apk --json
+    """
+    from attnpack.archive import ArchiveError, read_archive
+    from attnpack.archive.inspect import render, summarize
+    try:
+        summary = summarize(read_archive(archive))
+    except ArchiveError as e:
+        raise click.ClickException(str(e))
+    if as_json:
+        click.echo(json.dumps(summary, indent=1, default=lambda b: b.hex()))
+    else:
+        click.echo(render(summary))
+
+
+@main.command()
+@click.argument("archives", nargs=-1, required=True,
+                type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def verify(archives, as_json):
+    """Check header, versions, index, hashes and every image's ELF against the target.
+
+    Exits non-zero and names each defect.
+
+    \b
+    Example:
+      attnpack verify out/*.apk
+    """
+    from attnpack.archive.verify import verify_archive
+    report, failed = [], False
+    for path in archives:
+        ar, problems = verify_archive(path)
+        failed |= bool(problems)
+        report.append({"file": str(path), "ok": not problems, "problems": problems,
+                       "kernels": len(ar.kernels) if ar else 0,
+                       "images": len(ar.index["images"]) if ar else 0})
+    if as_json:
+        click.echo(json.dumps(report, indent=1))
+    else:
+        for r in report:
+            if r["ok"]:
+                click.echo(f"ok  {r['file']}: {r['kernels']} kernels, {r['images']} images verified")
+            for p in r["problems"]:
+                click.echo(f"BAD {p}", err=True)
+    if failed:
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

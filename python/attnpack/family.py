@@ -1,0 +1,185 @@
+"""How a kernel family declares its variant space, and how the builder walks it.
+
+A family is one folder `aot/kernels/<name>/` holding its kernel sources and a `family.py` that
+defines `SPEC = FamilySpec(...)`. The space is functional keys (what a caller's problem must
+match: dtype, head dim, causal) times configs (tile sizes, warps, stages, arch knobs), minus the
+per-arch exclusions. Each (op, key, config) becomes one `Variant`: a short list of launch steps
+(one Triton kernel each) plus the float32 workspace buffers the steps share.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import itertools
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from attnpack import abi
+
+KNOWN_ARCHS = ("sm_90", "gfx942", "gfx950")
+OPS = ("fwd", "bwd")
+
+# One grid dimension is a product of factors; a factor (var, d) means ceil(var / d).
+GridDim = tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True)
+class FunctionalKey:
+    dtype: str
+    head_dim: int
+    causal: bool
+
+    @property
+    def tag(self) -> str:
+        return f"{self.dtype}-d{self.head_dim}-{'causal' if self.causal else 'full'}"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"causal": self.causal, "dtype": self.dtype, "head_dim": self.head_dim}
+
+
+@dataclass(frozen=True)
+class Step:
+    """One kernel launch of a variant."""
+    name: str                        # what the step does: "fwd", "bwd_preprocess", "bwd_dkdv", ...
+    fn: Any                          # the @triton.jit (or @gluon.jit) function
+    args: tuple[str, ...]            # runtime parameters in order, words from attnpack.abi
+    grid: tuple[GridDim, GridDim, GridDim]
+    constexprs: Mapping[str, Any]
+    num_warps: int
+    num_stages: int
+    divisible_by_16: tuple[str, ...] = ()    # integer args promised to be multiples of 16
+    options: Mapping[str, Any] = field(default_factory=dict)  # extra compiler options (AMD knobs)
+
+
+@dataclass(frozen=True)
+class Workspace:
+    """A contiguous float32 buffer the caller allocates and the steps share."""
+    name: str
+    shape: tuple[str, ...]           # size words from attnpack.abi.SIZES
+
+
+@dataclass(frozen=True)
+class Variant:
+    family: str
+    op: str
+    arch: str
+    key: FunctionalKey
+    config: Mapping[str, Any]
+    steps: tuple[Step, ...]
+    workspace: tuple[Workspace, ...]
+
+    @property
+    def config_tag(self) -> str:
+        return "_".join(f"{k}{v}" for k, v in self.config.items())
+
+    @property
+    def name(self) -> str:
+        return f"{self.family}/{self.op}/{self.key.tag}/{self.config_tag}"
+
+
+@dataclass(frozen=True)
+class FamilySpec:
+    name: str
+    archs: tuple[str, ...]
+    ops: tuple[str, ...]
+    functional: Mapping[str, tuple]                       # dtype / head_dim / causal -> values
+    configs: Mapping[str, tuple[Mapping[str, Any], ...]]  # op -> configs, in declared order
+    steps: Callable[[str, str, FunctionalKey, Mapping[str, Any]], tuple[Step, ...]]
+    default_config: Callable[[str, str, FunctionalKey], Mapping[str, Any]]
+    excluded: Callable[[str, str, FunctionalKey, Mapping[str, Any]], str | None] = lambda *a: None
+    workspace: Mapping[str, tuple[Workspace, ...]] = field(default_factory=dict)
+    provenance: Mapping[str, str] = field(default_factory=dict)  # license, origin
+    source_dir: Path | None = None
+
+    def keys(self) -> list[FunctionalKey]:
+        f = self.functional
+        return [FunctionalKey(d, h, c) for d, h, c in
+                itertools.product(f["dtype"], f["head_dim"], f["causal"])]
+
+    def variant(self, arch: str, op: str, key: FunctionalKey, config: Mapping[str, Any]) -> Variant:
+        steps = self.steps(arch, op, key, config)
+        workspace = self.workspace.get(op, ())
+        ws_names = tuple(w.name for w in workspace)
+        for step in steps:
+            for word in step.args:
+                abi.param_type(word, ws_names)  # raises on a word outside the vocabulary
+            for dim in step.grid:
+                for var, _ in dim:
+                    if var not in abi.GRID_VARS:
+                        raise KeyError(f"{self.name}: grid factor '{var}' is not in abi.GRID_VARS")
+        return Variant(self.name, op, arch, key, dict(config), steps, workspace)
+
+    def all_variants(self, arch: str) -> list[Variant]:
+        """The whole declared space for one arch (for tuning), exclusions removed."""
+        out = []
+        for op in self.ops:
+            for key in self.keys():
+                for config in self.configs[op]:
+                    if self.excluded(arch, op, key, config) is None:
+                        out.append(self.variant(arch, op, key, config))
+        return out
+
+    def default_variants(self, arch: str) -> list[Variant]:
+        """One documented default per (op, functional key): the bundle before any tuning."""
+        out = []
+        for op in self.ops:
+            for key in self.keys():
+                config = self.default_config(arch, op, key)
+                reason = self.excluded(arch, op, key, config)
+                if reason is not None:
+                    raise ValueError(f"{self.name}: default config for {op} {key.tag} on {arch} "
+                                     f"is excluded ({reason})")
+                out.append(self.variant(arch, op, key, config))
+        return out
+
+
+def kernels_root() -> Path:
+    return Path(__file__).resolve().parents[2] / "aot" / "kernels"
+
+
+def load_family(folder: Path, interpret: bool = False) -> FamilySpec:
+    """Import the family folder as a package and return `family.SPEC`.
+
+    The folder is a Python package, so `family.py` imports its kernel sources relatively
+    (`from .kernels import attn_fwd`) and two families never clash on module names.
+    With `interpret=True` the kernels are imported a second time, under another package name,
+    with TRITON_INTERPRET=1, so they run on Triton's CPU interpreter while the compiled
+    copies stay usable in the same process (the builder needs those).
+    """
+    pkg_name = f"attnpack_kernels_{'interp_' if interpret else ''}{folder.name}"
+    if pkg_name not in sys.modules:
+        init = folder / "__init__.py"
+        if not init.is_file():
+            raise FileNotFoundError(f"{init}: a kernel family folder must be a package")
+        spec = importlib.util.spec_from_file_location(
+            pkg_name, init, submodule_search_locations=[str(folder)])
+        package = importlib.util.module_from_spec(spec)
+        sys.modules[pkg_name] = package
+        spec.loader.exec_module(package)
+    if interpret:
+        # Triton imports Gluon lazily and Gluon refuses to load in interpreter mode once
+        # plain kernels exist; load it now, before the switch.
+        import triton.experimental.gluon  # noqa: F401
+    saved = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1" if interpret else "0"
+    try:
+        module = importlib.import_module(f"{pkg_name}.family")
+    finally:
+        if saved is None:
+            del os.environ["TRITON_INTERPRET"]
+        else:
+            os.environ["TRITON_INTERPRET"] = saved
+    fam: FamilySpec = module.SPEC
+    return FamilySpec(**{**fam.__dict__, "source_dir": folder})
+
+
+def load_families(root: Path | None = None) -> dict[str, FamilySpec]:
+    root = root or kernels_root()
+    fams = {}
+    for folder in sorted(p for p in root.iterdir() if (p / "family.py").is_file()):
+        fam = load_family(folder)
+        fams[fam.name] = fam
+    return fams

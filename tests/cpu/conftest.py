@@ -1,0 +1,22 @@
+from pathlib import Path
+
+import pytest
+
+from attnpack.build import BuildRequest, build_archives
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def build(out: Path, kernels: Path, cache: Path | None, **kw) -> BuildRequest:
+    """Build archives from `kernels`; the request comes back with `.paths` set."""
+    req = BuildRequest(archs=kw.pop("archs", ("sm_90", "gfx950")), out_dir=out,
+                       kernels_root=kernels, cache_dir=cache, jobs=2, **kw)
+    req.paths = build_archives(req)
+    return req
+
+
+@pytest.fixture(scope="session")
+def toy_build(tmp_path_factory):
+    """The toy family's whole space for sm_90 and gfx950 (a few seconds)."""
+    root = tmp_path_factory.mktemp("toy")
+    return build(root / "out", FIXTURES / "kernels", root / "cache", all_variants=True)

@@ -1,0 +1,113 @@
+"""The builder on a toy family: archives, verify, determinism, cache, and failures by name."""
+import shutil
+from pathlib import Path
+
+import pytest
+
+from attnpack.archive import read_archive
+from attnpack.archive.verify import verify_archive
+from attnpack.build import BuildError
+from attnpack.build.compile import CompileFailure
+
+
+
+from conftest import FIXTURES, build
+
+
+def test_build_writes_one_verified_archive_per_arch(toy_build):
+    names = sorted(p.name for p in toy_build.paths)
+    assert names == ["attnpack-0.1.0-gfx950.apk", "attnpack-0.1.0-sm_90.apk"]
+    for path in toy_build.paths:
+        ar, problems = verify_archive(path)
+        assert problems == []
+        assert ar.meta["compilers"]["triton"] == "3.6.0"
+    sm90 = read_archive(toy_build.out_dir / "attnpack-0.1.0-sm_90.apk")
+    gfx = read_archive(toy_build.out_dir / "attnpack-0.1.0-gfx950.apk")
+    # toy: fwd has 2 configs on CUDA, 1 on AMD (per-arch exclusion); bwd 1; causal on/off.
+    assert len(sm90.kernels) == 6 and len(gfx.kernels) == 4
+    assert {i["kind"] for i in sm90.index["images"]} == {"cubin"}
+    assert {i["kind"] for i in gfx.index["images"]} == {"hsaco"}
+    # identical images are stored once: causal on/off compile to the same toy kernel
+    assert len(sm90.index["images"]) == 3
+    assert [s["kernel"] for s in sm90.index["selection"]] == [
+        "toy/bwd/fp16-d32-full/BLOCK16_warps1", "toy/bwd/fp16-d32-causal/BLOCK16_warps1",
+        "toy/fwd/fp16-d32-full/BLOCK16_warps1", "toy/fwd/fp16-d32-causal/BLOCK16_warps1"]
+
+
+def test_launch_spec_of_a_step(toy_build):
+    ar = read_archive(toy_build.out_dir / "attnpack-0.1.0-sm_90.apk")
+    k = ar.kernel("toy/bwd/fp16-d32-full/BLOCK16_warps1")
+    assert k["workspace"] == [{"name": "delta", "shape": ["B", "Hq", "Sq"]}]
+    s = k["steps"][0]
+    assert s["name"] == "bwd_rowsum" and s["symbol"] == "row_sums"
+    assert s["params"] == [["do", "ptr", 16], ["delta", "ptr", 16], ["do_stride_b", "i64", 1],
+                           ["do_stride_h", "i64", 1], ["do_stride_s", "i64", 1],
+                           ["Hq", "i32", 1], ["Sq", "i32", 1],
+                           ["global_scratch", "ptr", 1], ["profile_scratch", "ptr", 1]]
+    assert s["grid"] == [[["Sq", 16]], [["B", 1], ["Hq", 1]], []]
+    assert s["block"] == [32, 1, 1] and s["cluster"] == [1, 1, 1]
+    assert s["kernarg_size"] == 8 + 8 + 3 * 8 + 4 + 4 + 8 + 8
+    fwd = ar.kernel("toy/fwd/fp16-d32-full/BLOCK16_warps1")["steps"][0]
+    assert ["q_stride_s", "i64", 16] in fwd["params"]
+
+
+def test_rebuild_is_byte_identical_and_path_independent(toy_build, tmp_path):
+    # No cache, kernels copied to another folder: nothing host-specific may leak in.
+    moved = tmp_path / "elsewhere" / "kernels"
+    shutil.copytree(FIXTURES / "kernels", moved)
+    again = build(tmp_path / "out", moved, None, all_variants=True)
+    assert again.stats.compiled == 7 and again.stats.cache_hits == 0
+    for path in toy_build.paths:
+        assert (tmp_path / "out" / path.name).read_bytes() == path.read_bytes()
+
+
+def test_rebuild_hits_the_cache(toy_build, tmp_path):
+    again = build(tmp_path / "out", FIXTURES / "kernels", toy_build.cache_dir, all_variants=True)
+    assert again.stats.compiled == 0
+    assert again.stats.cache_hits == 7
+
+
+def test_changed_source_recompiles_only_what_changed(tmp_path):
+    kernels = tmp_path / "kernels"
+    shutil.copytree(FIXTURES / "kernels", kernels)
+    first = build(tmp_path / "a", kernels, tmp_path / "cache", archs=("sm_90",))
+    assert first.stats.compiled == 3
+    src = kernels / "toy" / "kernels.py"
+    src.write_text(src.read_text().replace("tl.sum(x.to(tl.float32), axis=1)",
+                                           "tl.sum(x.to(tl.float32), axis=1) * 1.0"))
+    import sys
+    sys.modules.pop("attnpack_kernels_toy", None), sys.modules.pop("attnpack_kernels_toy.family",
+                                                                   None)
+    sys.modules.pop("attnpack_kernels_toy.kernels", None)
+    second = build(tmp_path / "b", kernels, tmp_path / "cache", archs=("sm_90",))
+    assert (second.stats.compiled, second.stats.cache_hits) == (1, 2)
+
+
+def test_compile_error_fails_the_build_and_names_the_kernel(tmp_path):
+    with pytest.raises(CompileFailure) as err:
+        build(tmp_path, FIXTURES / "broken", None, archs=("sm_90",))
+    message = str(err.value)
+    assert "sm_90:bad/fwd/fp16-d64-full/BLOCK16:fwd" in message
+    assert "dot" in message  # the compiler's own complaint is carried through
+    assert list(tmp_path.iterdir()) == []  # no archive, no temp file
+
+
+def test_timeout_fails_the_build_and_names_the_kernel(tmp_path, monkeypatch):
+    import time
+    from attnpack.build import compile as compile_mod
+    monkeypatch.setattr(compile_mod, "_compile", lambda job: time.sleep(60))  # a stuck compiler
+    start = time.monotonic()
+    with pytest.raises(CompileFailure, match=r"sm_90:toy/\S+ timed out after 1 s|"
+                                             r"sm_90:toy/\S+:\n    timed out after 1 s"):
+        build(tmp_path, FIXTURES / "kernels", None, archs=("sm_90",), timeout=1.0)
+    assert time.monotonic() - start < 20  # the stuck workers were killed, not waited for
+    assert not any(tmp_path.glob("*.apk"))
+
+
+def test_unknown_arch_and_empty_selection_are_errors(tmp_path):
+    with pytest.raises(BuildError, match="unknown arch 'sm_80'"):
+        build(tmp_path, FIXTURES / "kernels", None, archs=("sm_80",))
+    with pytest.raises(BuildError, match="empty variant selection for sm_90"):
+        build(tmp_path, FIXTURES / "kernels", None, archs=("sm_90",), head_dims=(999,))
+    with pytest.raises(BuildError, match="unknown family nope"):
+        build(tmp_path, FIXTURES / "kernels", None, archs=("sm_90",), families=("nope",))
