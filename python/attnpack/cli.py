@@ -143,5 +143,99 @@ def verify(archives, as_json):
         sys.exit(1)
 
 
+def _parse_shape(text: str) -> tuple[int, ...]:
+    try:
+        shape = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        shape = ()
+    if len(shape) != 6 or min(shape) < 1:
+        raise click.BadParameter(f"{text!r}: expected B,Hq,Hkv,Sq,Sk,D (six positive integers)")
+    return shape
+
+
+@main.group()
+def db():
+    """Read, compare and query tuning databases (aot/tuning_db/<arch>.jsonl)."""
+
+
+def _load_db(path):
+    from attnpack.tune.db import DbError, load_db
+    try:
+        return load_db(path)
+    except DbError as e:
+        raise click.ClickException(str(e))
+
+
+@db.command("show")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def db_show(file, as_json):
+    """Print every entry: key, winner, its speed and the native baseline.
+
+    \b
+    Example:
+      attnpack db show aot/tuning_db/sm_90.jsonl
+    """
+    from attnpack.tune.db import render_show
+    tdb = _load_db(file)
+    if as_json:
+        click.echo(json.dumps({"arch": tdb.arch, "provenance": tdb.provenance,
+                               "entries": [e for _, e in sorted(tdb.entries.items())]}, indent=1))
+    else:
+        click.echo(render_show(tdb), nl=False)
+
+
+@db.command("diff")
+@click.argument("old", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.argument("new", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def db_diff(old, new, as_json):
+    """List every key whose kernel or family changed, with old/new times and the ratio.
+
+    \b
+    Example:
+      attnpack db diff old/sm_90.jsonl aot/tuning_db/sm_90.jsonl
+    """
+    from attnpack.tune.db import diff_dbs, render_diff
+    rows = diff_dbs(_load_db(old), _load_db(new))
+    click.echo(json.dumps(rows, indent=1) if as_json else render_diff(rows), nl=as_json)
+
+
+@db.command("explain")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--shape", required=True, help="B,Hq,Hkv,Sq,Sk,D")
+@click.option("--dtype", type=click.Choice(["fp16", "bf16"]), default="bf16", show_default=True)
+@click.option("--causal", is_flag=True)
+@click.option("--op", type=click.Choice(["fwd", "bwd"]), default="fwd", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def db_explain(file, shape, dtype, causal, op, as_json):
+    """Show the bucket a shape falls into and the entry chosen for it.
+
+    \b
+    Example:
+      attnpack db explain aot/tuning_db/sm_90.jsonl --shape 4,32,8,4000,4000,128 --causal
+    """
+    from attnpack.tune.db import key_text, problem_key
+    b, hq, hkv, sq, sk, d = _parse_shape(shape)
+    tdb = _load_db(file)
+    try:
+        key = problem_key(op, dtype, d, causal, hq, hkv, sq, sk)
+    except ValueError as e:
+        raise click.ClickException(str(e))
+    entry = tdb.entries.get(key)
+    if as_json:
+        click.echo(json.dumps({"bucket": dict(zip(("op", "dtype", "head_dim", "causal", "gqa",
+                                                   "sq", "sk"), key)), "entry": entry}, indent=1))
+        return
+    click.echo(f"shape B={b} Hq={hq} Hkv={hkv} Sq={sq} Sk={sk} D={d} {dtype} "
+               f"{'causal' if causal else 'full'} {op}")
+    click.echo(f"bucket: {key_text(key)}")
+    if entry is None:
+        click.echo("no entry: the archive's per-functional default serves it")
+    else:
+        click.echo(f"entry:  {entry['family']} {entry['kernel']}"
+                   + (f", {entry['time_us']:.1f} us" if entry.get("time_us") else ""))
+
+
 if __name__ == "__main__":
     main()

@@ -80,6 +80,15 @@ def _check_index(ar: Archive) -> list[str]:
                                                                           "causal")):
             problems.append(f"selection: entry for {sel['op']} {sel['dtype']} d{sel['head_dim']} "
                             f"points at {sel['kernel']}, whose key differs")
+    for entry in ar.index.get("tuning", {}).get("entries", []):
+        k = by_name.get(entry["kernel"])
+        if k is None:
+            problems.append(f"tuning: entry {entry['op']} {entry['dtype']} d{entry['head_dim']} "
+                            f"sq{entry['sq']} sk{entry['sk']} names missing kernel {entry['kernel']}")
+        elif k["op"] != entry["op"] or any(k["key"][f] != entry[f] for f in ("dtype", "head_dim",
+                                                                            "causal")):
+            problems.append(f"tuning: entry for {entry['op']} {entry['dtype']} d{entry['head_dim']} "
+                            f"points at {entry['kernel']}, whose key differs")
     return problems
 
 

@@ -22,7 +22,7 @@ class Image:
 
 def write_archive(path: Path, *, arch: str, bundle_version: str, compilers: dict[str, str],
                   images: list[Image], kernels: list[dict], selection: list[dict],
-                  families: dict[str, dict]) -> Path:
+                  families: dict[str, dict], tuning: dict | None = None) -> Path:
     """Write atomically: a temporary file in the same folder, then rename over `path`.
 
     `kernels[*].steps[*].image` are positions in `images`. Nothing is written when an argument
@@ -35,6 +35,11 @@ def write_archive(path: Path, *, arch: str, bundle_version: str, compilers: dict
     for entry in selection:
         if entry["kernel"] not in names:
             raise ValueError(f"{path.name}: selection names kernel {entry['kernel']!r}, "
+                             "which is not in the archive")
+    tuning = tuning or {"buckets": {}, "entries": [], "provenance": {}}
+    for entry in tuning["entries"]:
+        if entry["kernel"] not in names:
+            raise ValueError(f"{path.name}: tuning entry names kernel {entry['kernel']!r}, "
                              "which is not in the archive")
     for image in images:
         if image.kind not in IMAGE_KINDS or not image.raw:
@@ -55,7 +60,8 @@ def write_archive(path: Path, *, arch: str, bundle_version: str, compilers: dict
                   "kernels": sorted(kernels, key=lambda k: k["name"]),
                   "selection": sorted(selection, key=lambda s: (s["op"], s["dtype"], s["head_dim"],
                                                                 s["causal"])),
-                  "families": families})
+                  "families": families,
+                  "tuning": tuning})
     # The meta's own size depends on the offsets it records; settle it in two passes.
     meta_fields = {"arch": arch, "bundle_version": bundle_version, "compilers": compilers,
                    "index_sha256": hashlib.sha256(index).digest(), "index_size": len(index)}

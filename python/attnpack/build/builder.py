@@ -11,7 +11,8 @@ from attnpack import __version__, abi
 from attnpack.archive import Image, archive_filename, write_archive
 from attnpack.build.compile import (CompileCache, CompiledStep, CompileJob, CompileStats,
                                     compile_jobs)
-from attnpack.family import KNOWN_ARCHS, FamilySpec, Variant, load_families
+from attnpack.family import KNOWN_ARCHS, FamilySpec, Variant, kernels_root, load_families
+from attnpack.tune.db import DbError, TuningDb, entry_key, key_text, load_db
 
 PARAM_SIZE = {"ptr": 8, "i64": 8, "i32": 4, "f32": 4}
 
@@ -33,6 +34,7 @@ class BuildRequest:
     dtypes: tuple[str, ...] = ()
     head_dims: tuple[int, ...] = ()
     kernels_root: Path | None = None
+    tuning_db_dir: Path | None = None     # default: aot/tuning_db next to the kernels
     stats: CompileStats = field(default_factory=CompileStats)
 
 
@@ -46,9 +48,28 @@ def _wanted(req: BuildRequest, v: Variant) -> bool:
             and (not req.head_dims or v.key.head_dim in req.head_dims))
 
 
-def plan_variants(req: BuildRequest, arch: str, families: dict[str, FamilySpec]
-                  ) -> tuple[list[Variant], list[Variant]]:
-    """(variants to build, the default per functional key) for one arch."""
+def load_arch_db(req: BuildRequest, arch: str) -> TuningDb | None:
+    folder = req.tuning_db_dir or (req.kernels_root or kernels_root()).parent / "tuning_db"
+    path = Path(folder) / f"{arch}.jsonl"
+    if not path.is_file():
+        return None
+    try:
+        db = load_db(path)
+    except DbError as e:
+        raise BuildError(str(e)) from None
+    if db.arch != arch:
+        raise BuildError(f"{path}: header says arch {db.arch!r}, the file name says {arch!r}")
+    return db
+
+
+def plan_variants(req: BuildRequest, arch: str, families: dict[str, FamilySpec],
+                  db: TuningDb | None = None) -> tuple[list[Variant], list[Variant]]:
+    """(variants to build, the default per functional key) for one arch.
+
+    The default build is what the tuning database selects plus one documented default per
+    functional key (which serves shapes and keys the database does not cover); `--all` adds
+    the whole declared space for tuning.
+    """
     if arch not in KNOWN_ARCHS:
         raise BuildError(f"unknown arch '{arch}' (known: {', '.join(KNOWN_ARCHS)})")
     unknown = set(req.families) - set(families)
@@ -65,6 +86,16 @@ def plan_variants(req: BuildRequest, arch: str, families: dict[str, FamilySpec]
             raise BuildError(f"{arch}: {other} and {v.name} are both the default for {v.op} "
                              f"{v.key.tag}; a tuning database must choose between them")
     variants = {v.name: v for v in defaults}
+    if db is not None:
+        declared = {v.name: v for f in chosen for v in f.all_variants(arch)}
+        for entry in db.entries.values():
+            v = declared.get(entry["kernel"])
+            if v is None:
+                raise BuildError(f"{db.path}: entry {key_text(entry_key(entry))} selects "
+                                 f"{entry['kernel']}, which no family declares for {arch} — "
+                                 "re-run `attnpack tune` or fix the entry")
+            if _wanted(req, v):
+                variants[v.name] = v
     if req.all_variants:
         for f in chosen:
             variants.update({v.name: v for v in f.all_variants(arch) if _wanted(req, v)})
@@ -118,7 +149,8 @@ def build_archives(req: BuildRequest, progress: Callable[[int, str], Callable[[i
     """
     families = load_families(req.kernels_root)
     cache = CompileCache(req.cache_dir)
-    plans = {arch: plan_variants(req, arch, families) for arch in req.archs}
+    dbs = {arch: load_arch_db(req, arch) for arch in req.archs}
+    plans = {arch: plan_variants(req, arch, families, dbs[arch]) for arch in req.archs}
     jobs = {arch: [CompileJob(v, s) for v in plans[arch][0] for s in v.steps] for arch in req.archs}
     total = sum(len(j) for j in jobs.values())
     advance = progress(total, f"compiling {total} kernels for {', '.join(req.archs)}")
@@ -146,7 +178,11 @@ def build_archives(req: BuildRequest, progress: Callable[[int, str], Callable[[i
         selection = [{"op": v.op, **v.key.as_dict(), "kernel": v.name} for v in defaults]
         fams = {v.family: {"provenance": dict(families[v.family].provenance)} for v in variants}
         path = req.out_dir / archive_filename(__version__, arch)
+        names = {v.name for v in variants}
+        tuning = (dbs[arch] or TuningDb(arch, {"status": "none"})).compiled()
+        tuning["entries"] = [e for e in tuning["entries"] if e["kernel"] in names]
         paths.append(write_archive(path, arch=arch, bundle_version=__version__,
                                    compilers=_compiler_versions(), images=images,
-                                   kernels=kernels, selection=selection, families=fams))
+                                   kernels=kernels, selection=selection, families=fams,
+                                   tuning=tuning))
     return paths

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# tests/gpu on a machine with a GPU: build libattnpack and the bundle for *this* GPU on the
+# machine itself, then run pytest. Works unchanged on NVIDIA sm_90 and on AMD gfx942/gfx950
+# (ROCm torch). Needs python3 with torch and triton, cmake, a C++17 compiler and libzstd.
+# Offline machines: put the wheels of zstandard and msgpack-cxx in .whl/ (README, "GPU runs").
+#   usage: build_tools/run_gpu_tests.sh [pytest args...]     logs go to $OUT (default ./gpu-logs)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PY:-python3}
+LOGS=${OUT:-$PWD/gpu-logs}
+mkdir -p "$LOGS"
+export PYTHONUNBUFFERED=1
+
+if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/attnpack-site .whl/*.whl
+  export PYTHONPATH=/tmp/attnpack-site${PYTHONPATH:+:$PYTHONPATH}
+fi
+export PYTHONPATH=$PWD/python${PYTHONPATH:+:$PYTHONPATH}
+
+ARCH=$($PY - <<'PY'
+import torch
+p = torch.cuda.get_device_properties(0)
+print(p.gcnArchName.split(":")[0] if torch.version.hip else f"sm_{p.major}{p.minor}")
+PY
+)
+MSGPACK_INCLUDE=$($PY -c "import msgpack_cxx, pathlib; print(pathlib.Path(msgpack_cxx.__file__).parent / 'include')")
+echo "GPU arch $ARCH; building runtime + bundle on this machine" | tee "$LOGS/build.log"
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | tee -a "$LOGS/build.log" || true
+cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE="$(command -v $PY)" \
+  -DATTNPACK_TARGET_ARCHS="$ARCH" -DATTNPACK_MSGPACK_INCLUDE_DIR="$MSGPACK_INCLUDE" \
+  -DATTNPACK_BUILD_JOBS="$(nproc)" 2>&1 | tee -a "$LOGS/build.log" | tail -3
+( time cmake --build build-gpu ) 2>&1 | tee -a "$LOGS/build.log" | tail -8
+
+export ATTNPACK_BUNDLE_DIR=$PWD/build-gpu/bundle
+export ATTNPACK_RUNTIME_LIB=$PWD/build-gpu/runtime/libattnpack.so
+$PY -m pytest tests/gpu -q -rs "$@" 2>&1 | tee "$LOGS/gpu-tests.log"

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# From a fresh machine to libattnpack plus the default bundle, verified:
+#   system packages -> .venv (torch, triton, build/test deps) -> cmake build -> inspect.
+# No GPU needed. Re-running it is cheap: the compile cache keeps finished kernels.
+# Environment: ATTNPACK_TARGET_ARCHS (default "sm_90;gfx942;gfx950"), BUILD_DIR (default build).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR=${BUILD_DIR:-build}
+ARCHS=${ATTNPACK_TARGET_ARCHS:-sm_90;gfx942;gfx950}
+
+if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+  apt-get update -q
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
+    cmake ninja-build g++ libzstd-dev python3-venv >/dev/null
+fi
+
+if [ ! -x .venv/bin/python ]; then
+  # Reuse a system torch/triton where one exists (GPU machines ship their own).
+  python3 -m venv --system-site-packages .venv
+fi
+PY=.venv/bin/python
+$PY -m pip install -q --upgrade pip >/dev/null
+# torch is pinned only when absent: a bare `torch` would pull a multi-GB CUDA build.
+$PY -c "import torch" 2>/dev/null || $PY -m pip install -q "torch==2.13.0"
+$PY -m pip install -q "triton==3.6.0" "numpy<2.4" "msgpack-cxx==7.0.0" -e ".[build,test]"
+
+cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DPython3_EXECUTABLE="$PWD/$PY" -DATTNPACK_TARGET_ARCHS="$ARCHS"
+cmake --build "$BUILD_DIR"
+
+for apk in "$BUILD_DIR"/bundle/*.apk; do
+  $PY -m attnpack.cli inspect "$apk" | head -2
+done
+echo "setup done: runtime and archives in $BUILD_DIR/, CLI at .venv/bin/attnpack"

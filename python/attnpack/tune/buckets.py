@@ -1,0 +1,31 @@
+"""The bucketing rule, defined once. The C++ runtime implements the same rule over the same
+boundaries, which the archive carries (index `tuning.buckets`), so the two cannot drift.
+
+Rule: a value falls into the first boundary that is >= the value; a value beyond the last
+boundary falls into the last one. Sequence lengths use SEQLEN_BOUNDS (so Sq=1000 and Sq=1024
+share bucket 1024, Sq=1025 is in 2048, and Sq=100000 is in 16384). The GQA ratio Hq/Hkv uses
+GQA_BOUNDS (ratio 1 is MHA; 3 and 4 share class 4; 16 falls into 8).
+"""
+from __future__ import annotations
+
+SEQLEN_BOUNDS = (128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+GQA_BOUNDS = (1, 2, 4, 8)
+
+
+def bucket(value: int, bounds: tuple[int, ...]) -> int:
+    if value < 1:
+        raise ValueError(f"cannot bucket {value}: sizes start at 1")
+    for b in bounds:
+        if value <= b:
+            return b
+    return bounds[-1]
+
+
+def seqlen_bucket(s: int) -> int:
+    return bucket(s, SEQLEN_BOUNDS)
+
+
+def gqa_class(hq: int, hkv: int) -> int:
+    if hkv < 1 or hq % hkv:
+        raise ValueError(f"Hq {hq} is not a multiple of Hkv {hkv}")
+    return bucket(hq // hkv, GQA_BOUNDS)

@@ -1,0 +1,151 @@
+"""The tuning database: `aot/tuning_db/<arch>.jsonl`, the reviewable source of truth.
+
+Line 1 is the header `{"arch", "provenance": {gpu, driver, torch, triton, date, status}}`;
+every other line is one entry, a JSON object with sorted keys, and the lines are sorted by key,
+so a re-tune shows up as a readable line diff. The builder compiles the entries into the
+archive's index (`tuning`), which is all the runtime reads.
+
+An entry's key is (op, dtype, head_dim, causal, gqa, sq, sk) with gqa, sq and sk bucketed by
+`attnpack.tune.buckets`. Its value: the selected `family` and `kernel` (which names the config),
+the measured `time_us` and `tflops`, the best native PyTorch backend for the same shape
+(`native: {backend, time_us}`), the exact shape it was timed at (`shape`), and the candidates
+that were `rejected` for being wrong, with their errors.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from attnpack.tune.buckets import GQA_BOUNDS, SEQLEN_BOUNDS, gqa_class, seqlen_bucket
+
+KEY_FIELDS = ("op", "dtype", "head_dim", "causal", "gqa", "sq", "sk")
+Key = tuple
+
+
+class DbError(ValueError):
+    pass
+
+
+def entry_key(entry: dict) -> Key:
+    return tuple(entry[f] for f in KEY_FIELDS)
+
+
+def problem_key(op: str, dtype: str, head_dim: int, causal: bool, hq: int, hkv: int,
+                sq: int, sk: int) -> Key:
+    return (op, dtype, head_dim, bool(causal), gqa_class(hq, hkv), seqlen_bucket(sq),
+            seqlen_bucket(sk))
+
+
+def key_text(key: Key) -> str:
+    op, dtype, hd, causal, gqa, sq, sk = key
+    return f"{op} {dtype} d{hd} {'causal' if causal else 'full'} gqa{gqa} sq{sq} sk{sk}"
+
+
+@dataclass
+class TuningDb:
+    arch: str
+    provenance: dict
+    entries: dict[Key, dict] = field(default_factory=dict)
+    path: Path | None = None
+
+    def lookup(self, op, dtype, head_dim, causal, hq, hkv, sq, sk) -> dict | None:
+        return self.entries.get(problem_key(op, dtype, head_dim, causal, hq, hkv, sq, sk))
+
+    def put(self, entry: dict) -> None:
+        missing = [f for f in KEY_FIELDS + ("family", "kernel") if f not in entry]
+        if missing:
+            raise DbError(f"entry lacks {missing}: {entry}")
+        self.entries[entry_key(entry)] = entry
+
+    def compiled(self) -> dict:
+        """What the archive index carries (docs/ARCHIVE.md, `tuning`)."""
+        return {"buckets": {"seqlen": list(SEQLEN_BOUNDS), "gqa": list(GQA_BOUNDS)},
+                "provenance": self.provenance,
+                "entries": [{**{f: e[f] for f in KEY_FIELDS}, "kernel": e["kernel"]}
+                            for _, e in sorted(self.entries.items())]}
+
+
+def load_db(path: Path | str) -> TuningDb:
+    path = Path(path)
+    try:
+        lines = [ln for ln in path.read_text().splitlines() if ln.strip()]
+    except OSError as e:
+        raise DbError(f"{path}: cannot be read ({e.strerror})") from None
+    if not lines:
+        raise DbError(f"{path}: empty; line 1 must be the header with arch and provenance")
+    try:
+        header = json.loads(lines[0])
+        db = TuningDb(header["arch"], header.get("provenance", {}), path=path)
+        for n, line in enumerate(lines[1:], start=2):
+            entry = json.loads(line)
+            if entry_key(entry) in db.entries:
+                raise DbError(f"{path}:{n}: duplicate key {key_text(entry_key(entry))}")
+            db.put(entry)
+    except (json.JSONDecodeError, KeyError, TypeError) as e:
+        raise DbError(f"{path}: malformed ({e}); regenerate it with `attnpack tune`") from None
+    return db
+
+
+def dump_db(db: TuningDb) -> str:
+    lines = [json.dumps({"arch": db.arch, "provenance": db.provenance}, sort_keys=True)]
+    lines += [json.dumps(e, sort_keys=True) for _, e in sorted(db.entries.items())]
+    return "\n".join(lines) + "\n"
+
+
+def save_db(db: TuningDb, path: Path | str) -> None:
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(dump_db(db))
+    tmp.replace(path)
+
+
+def diff_dbs(old: TuningDb, new: TuningDb) -> list[dict]:
+    """Every key whose kernel or family changed, appeared or vanished, with times and ratio."""
+    rows = []
+    for key in sorted(set(old.entries) | set(new.entries)):
+        a, b = old.entries.get(key), new.entries.get(key)
+        if a and b and a["kernel"] == b["kernel"] and a["family"] == b["family"]:
+            continue
+        change = "added" if a is None else "removed" if b is None else (
+            "family" if a["family"] != b["family"] else "kernel")
+        ta, tb = (a or {}).get("time_us"), (b or {}).get("time_us")
+        rows.append({"key": key_text(key), "change": change,
+                     "old": a and a["kernel"], "new": b and b["kernel"],
+                     "old_us": ta, "new_us": tb,
+                     "speedup": round(ta / tb, 3) if ta and tb else None})
+    return rows
+
+
+def render_diff(rows: list[dict]) -> str:
+    if not rows:
+        return "no kernel or family changes\n"
+    out = []
+    for r in rows:
+        times = (f"{r['old_us'] if r['old_us'] is not None else '-'} us -> "
+                 f"{r['new_us'] if r['new_us'] is not None else '-'} us")
+        ratio = f" ({r['speedup']:.2f}x)" if r["speedup"] else ""
+        out.append(f"{r['change']:7} {r['key']}\n"
+                   f"        {r['old'] or '-'}\n     -> {r['new'] or '-'}\n"
+                   f"        {times}{ratio}")
+    return "\n".join(out) + f"\n{len(rows)} key(s) changed\n"
+
+
+def render_show(db: TuningDb) -> str:
+    p = db.provenance
+    out = [f"tuning db for {db.arch}: {len(db.entries)} entries, status {p.get('status', '?')}, "
+           f"{p.get('gpu', '?')} driver {p.get('driver', '?')}, torch {p.get('torch', '?')}, "
+           f"triton {p.get('triton', '?')}, {p.get('date', '?')}",
+           f"{'op':4} {'dtype':5} {'hd':>4} {'causal':6} {'gqa':>3} {'sq':>6} {'sk':>6} "
+           f"{'family':8} {'us':>9} {'TFLOP/s':>8} {'native':>14} {'vs native':>9}  kernel"]
+    for key, e in sorted(db.entries.items()):
+        op, dtype, hd, causal, gqa, sq, sk = key
+        native = e.get("native") or {}
+        ratio = (f"{native['time_us'] / e['time_us']:.2f}x"
+                 if native.get("time_us") and e.get("time_us") else "-")
+        t = f"{e['time_us']:.1f}" if e.get("time_us") else "-"
+        tf = f"{e['tflops']:.0f}" if e.get("tflops") else "-"
+        nat = f"{native.get('backend', '-')} {native.get('time_us', 0):.0f}" if native else "-"
+        out.append(f"{op:4} {dtype:5} {hd:>4} {str(causal):6} {gqa:>3} {sq:>6} {sk:>6} "
+                   f"{e['family']:8} {t:>9} {tf:>8} {nat:>14} {ratio:>9}  {e['kernel']}")
+    return "\n".join(out) + "\n"

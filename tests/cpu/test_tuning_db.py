@@ -1,0 +1,127 @@
+"""The tuning database: bucketing, the text format, diff, explain, and the build's use of it."""
+import json
+import random
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from attnpack.archive import read_archive
+from attnpack.build import BuildError
+from attnpack.cli import main
+from attnpack.tune.buckets import gqa_class, seqlen_bucket
+from attnpack.tune.db import TuningDb, dump_db, load_db, problem_key, save_db
+from conftest import FIXTURES, build
+
+DBS = FIXTURES / "dbs"
+
+
+@pytest.mark.parametrize("s, expected", [
+    (1, 128), (127, 128), (128, 128), (129, 256), (1000, 1024), (1024, 1024), (1025, 2048),
+    (4096, 4096), (4097, 8192), (16384, 16384), (16385, 16384), (10 ** 6, 16384)])
+def test_seqlen_buckets(s, expected):
+    assert seqlen_bucket(s) == expected
+
+
+@pytest.mark.parametrize("hq, hkv, expected", [
+    (8, 8, 1), (16, 8, 2), (24, 8, 4), (32, 8, 4), (40, 8, 8), (64, 8, 8), (128, 1, 8)])
+def test_gqa_classes(hq, hkv, expected):
+    assert gqa_class(hq, hkv) == expected
+
+
+def test_bad_sizes_are_refused():
+    with pytest.raises(ValueError, match="Hq 6 is not a multiple of Hkv 4"):
+        gqa_class(6, 4)
+    with pytest.raises(ValueError, match="cannot bucket 0"):
+        seqlen_bucket(0)
+
+
+def test_sq_and_sk_bucket_separately():
+    assert problem_key("fwd", "bf16", 128, True, 32, 8, 100, 5000) == \
+        ("fwd", "bf16", 128, True, 4, 128, 8192)
+
+
+def test_text_round_trip_is_exact(tmp_path):
+    db = load_db(DBS / "new.jsonl")
+    save_db(db, tmp_path / "sm_90.jsonl")
+    assert (tmp_path / "sm_90.jsonl").read_text() == (DBS / "new.jsonl").read_text()
+    assert dump_db(load_db(tmp_path / "sm_90.jsonl")) == dump_db(db)
+
+
+def test_lookup_by_bucket():
+    db = load_db(DBS / "new.jsonl")
+    assert db.lookup("fwd", "bf16", 128, False, 16, 16, 3000, 4000)["kernel"] == \
+        "gluon/fwd/bf16-d128-full/P"
+    assert db.lookup("fwd", "bf16", 64, True, 32, 8, 1000, 513)["kernel"] == \
+        "triton/fwd/bf16-d64-causal/A"
+    assert db.lookup("fwd", "bf16", 128, False, 16, 16, 5000, 4000) is None
+
+
+def test_diff_matches_expected_text():
+    result = CliRunner().invoke(main, ["db", "diff", str(DBS / "old.jsonl"), str(DBS / "new.jsonl")])
+    assert result.exit_code == 0
+    assert result.output == (DBS / "diff.txt").read_text()
+
+
+def test_diff_of_identical_dbs():
+    result = CliRunner().invoke(main, ["db", "diff", str(DBS / "new.jsonl"), str(DBS / "new.jsonl")])
+    assert result.output == "no kernel or family changes\n"
+
+
+def test_show_and_explain():
+    show = CliRunner().invoke(main, ["db", "show", str(DBS / "new.jsonl")])
+    assert show.exit_code == 0 and "4 entries" in show.output and "1.12x" in show.output
+    out = CliRunner().invoke(main, ["db", "explain", str(DBS / "new.jsonl"), "--shape",
+                                    "2,32,8,1000,600,64", "--causal"]).output
+    assert "bucket: fwd bf16 d64 causal gqa4 sq1024 sk1024" in out
+    assert "entry:  triton triton/fwd/bf16-d64-causal/A, 49.0 us" in out
+    miss = CliRunner().invoke(main, ["db", "explain", str(DBS / "new.jsonl"), "--shape",
+                                     "1,8,8,9000,9000,128"]).output
+    assert "no entry: the archive's per-functional default serves it" in miss
+    bad = CliRunner().invoke(main, ["db", "explain", str(DBS / "new.jsonl"), "--shape", "1,2,3"])
+    assert bad.exit_code == 2 and "expected B,Hq,Hkv,Sq,Sk,D" in bad.output
+
+
+def test_malformed_and_duplicate_entries(tmp_path):
+    bad = tmp_path / "sm_90.jsonl"
+    bad.write_text((DBS / "new.jsonl").read_text() + "{not json\n")
+    result = CliRunner().invoke(main, ["db", "show", str(bad)])
+    assert result.exit_code == 1 and "sm_90.jsonl: malformed" in result.output
+    lines = (DBS / "new.jsonl").read_text().splitlines()
+    bad.write_text("\n".join(lines + [lines[-1]]) + "\n")
+    result = CliRunner().invoke(main, ["db", "show", str(bad)])
+    assert "sm_90.jsonl:6: duplicate key fwd bf16 d128 causal gqa1 sq4096 sk4096" in result.output
+
+
+def _toy_db(kernel: str) -> TuningDb:
+    db = TuningDb("sm_90", {"status": "untuned"})
+    db.put({"op": "fwd", "dtype": "fp16", "head_dim": 32, "causal": False, "gqa": 1, "sq": 1024,
+            "sk": 1024, "family": "toy", "kernel": kernel})
+    return db
+
+
+def test_db_selects_what_the_build_compiles(tmp_path, toy_build):
+    save_db(_toy_db("toy/fwd/fp16-d32-full/BLOCK32_warps2"), tmp_path / "sm_90.jsonl")
+    req = build(tmp_path / "out", FIXTURES / "kernels", toy_build.cache_dir, archs=("sm_90",),
+                tuning_db_dir=tmp_path)
+    ar = read_archive(req.paths[0])
+    names = [k["name"] for k in ar.kernels]
+    # the 4 per-functional defaults plus the one non-default kernel the db selects, no more
+    assert len(names) == 5 and "toy/fwd/fp16-d32-full/BLOCK32_warps2" in names
+    tuning = ar.index["tuning"]
+    assert tuning["buckets"]["seqlen"][0] == 128 and tuning["buckets"]["gqa"] == [1, 2, 4, 8]
+    assert tuning["entries"] == [{"op": "fwd", "dtype": "fp16", "head_dim": 32, "causal": False,
+                                  "gqa": 1, "sq": 1024, "sk": 1024,
+                                  "kernel": "toy/fwd/fp16-d32-full/BLOCK32_warps2"}]
+    assert tuning["provenance"] == {"status": "untuned"}
+
+
+def test_db_naming_a_missing_kernel_fails_the_build(tmp_path):
+    save_db(_toy_db("toy/fwd/fp16-d32-full/BLOCK64_warps9"), tmp_path / "sm_90.jsonl")
+    with pytest.raises(BuildError, match=r"sm_90.jsonl: entry fwd fp16 d32 full gqa1 sq1024 "
+                                         r"sk1024 selects toy/fwd/fp16-d32-full/BLOCK64_warps9, "
+                                         r"which no family declares for sm_90"):
+        build(tmp_path / "out", FIXTURES / "kernels", None, archs=("sm_90",),
+              tuning_db_dir=tmp_path)
+    assert not (tmp_path / "out").exists()
