@@ -153,6 +153,71 @@ def _parse_shape(text: str) -> tuple[int, ...]:
     return shape
 
 
+@main.command()
+@click.option("--arch", required=True, type=click.Choice(KNOWN_ARCHS),
+              help="The local GPU's arch; the archive must target it.")
+@click.option("--archive", "archive_path", required=True,
+              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="A tuning archive with the full variant space (attnpack build --all).")
+@click.option("-o", "--out", "out_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="The database to write (resumed if it exists), e.g. aot/tuning_db/sm_90.jsonl.")
+@click.option("--op", "ops", multiple=True, type=click.Choice(["fwd", "bwd"]))
+@click.option("--dtype", "dtypes", multiple=True, type=click.Choice(["fp16", "bf16"]))
+@click.option("--head-dim", "head_dims", multiple=True, type=int)
+@click.option("--gqa", "gqas", multiple=True, type=int, help="GQA classes (Hq/Hkv): 1, 2, 4, 8.")
+@click.option("--shapes", "shapes", multiple=True,
+              help="Sq,Sk pairs to tune (repeat); default: Sq=Sk over every bucket plus a few Sq!=Sk.")
+@click.option("--keys", "keys_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="JSON list of keys {op, dtype, head_dim, causal, gqa, sq, sk}.")
+def tune(arch, archive_path, out_path, ops, dtypes, head_dims, gqas, shapes, keys_file):
+    """Measure every candidate per key on this GPU and write the winners (needs a GPU).
+
+    Wrong candidates (NaN, or error > 3x the best) are rejected and recorded. Resumable.
+
+    \b
+    Example:
+      attnpack build --arch sm_90 --all -o tuning/
+      attnpack tune --arch sm_90 --archive tuning/attnpack-0.1.0-sm_90.apk \\
+                    -o aot/tuning_db/sm_90.jsonl --op fwd --dtype bf16 --head-dim 128
+    """
+    from attnpack.tune.runner import TuneKey, standard_keys, tune as run_tune
+    if keys_file:
+        keys = [TuneKey(**k) for k in json.loads(keys_file.read_text())]
+    else:
+        options = {name: tuple(v) for name, v in (("ops", ops), ("dtypes", dtypes),
+                                                  ("head_dims", head_dims), ("gqas", gqas)) if v}
+        if shapes:
+            try:
+                options["pairs"] = [tuple(int(x) for x in s.split(",")) for s in shapes]
+            except ValueError:
+                raise click.BadParameter(f"{shapes}: expected Sq,Sk pairs such as 4096,4096")
+        keys = standard_keys(**options)
+    from attnpack.archive import ArchiveError, read_archive
+    try:
+        archive_arch = read_archive(archive_path).arch
+    except ArchiveError as e:
+        raise click.ClickException(str(e))
+    if archive_arch != arch:
+        raise click.ClickException(f"{archive_path.name} targets {archive_arch}, not {arch}")
+    state = {}
+
+    def progress(total):
+        bar = click.progressbar(length=total, label="tuning", show_eta=True, show_pos=True,
+                                file=sys.stderr, item_show_func=lambda x: x)
+        bar.__enter__()
+        state["bar"] = bar
+        return lambda label: bar.update(1, label)
+    try:
+        db = run_tune(archive_path, keys, out_path, progress=progress,
+                      log=lambda line: click.echo(line, err=True))
+    except (ValueError, RuntimeError) as e:
+        raise click.ClickException(str(e))
+    finally:
+        if "bar" in state:
+            state["bar"].__exit__(None, None, None)
+    click.echo(f"{out_path}: {len(db.entries)} entries")
+
+
 @main.group()
 def db():
     """Read, compare and query tuning databases (aot/tuning_db/<arch>.jsonl)."""
@@ -235,6 +300,49 @@ def db_explain(file, shape, dtype, causal, op, as_json):
     else:
         click.echo(f"entry:  {entry['family']} {entry['kernel']}"
                    + (f", {entry['time_us']:.1f} us" if entry.get("time_us") else ""))
+
+
+@main.command("explain")
+@click.option("--shape", required=True, help="B,Hq,Hkv,Sq,Sk,D")
+@click.option("--dtype", type=click.Choice(["fp16", "bf16", "fp32"]), default="bf16", show_default=True)
+@click.option("--causal", is_flag=True)
+@click.option("--op", type=click.Choice(["fwd", "bwd"]), default="fwd", show_default=True)
+@click.option("--dropout", "dropout_p", type=float, default=0.0, show_default=True)
+@click.option("--deterministic", is_flag=True, help="As under torch.use_deterministic_algorithms(True).")
+@click.option("--device", type=int, default=None, help="CUDA device index (default: the current one).")
+@click.option("--archive", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Explain against this archive instead of the GPU's (no GPU needed).")
+@click.option("--arch", default=None, help="With --archive: the GPU arch to assume (sm_90, ...).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def explain_sdpa(shape, dtype, causal, op, dropout_p, deterministic, device, archive, arch, as_json):
+    """Which kernel serves an F.sdpa call with attnpack enabled, or why PyTorch's own does.
+
+    \b
+    Example:
+      attnpack explain --shape 2,32,8,4096,4096,128 --dtype bf16 --causal
+      attnpack explain --shape 1,8,8,100,1000,64 --causal --op bwd --archive out/attnpack-0.1.0-sm_90.apk --arch sm_90
+    """
+    try:
+        import attnpack.torch as attnpack_torch
+        result = attnpack_torch.explain(_parse_shape(shape), dtype, causal, op, dropout_p=dropout_p,
+                                        deterministic=deterministic, device=device, archive=archive,
+                                        arch=arch)
+    except (RuntimeError, ValueError) as e:
+        raise click.ClickException(str(e))
+    if as_json:
+        click.echo(json.dumps(result, indent=1))
+        return
+    call = result["call"].split(" ", 1)[1] if result.get("entry") else result["call"]
+    click.echo(f"F.sdpa {call} ({op})")
+    click.echo(f"aten op:  {result.get('op', 'none (cuDNN or math)')}")
+    if result.get("bundle"):
+        click.echo(f"archive:  {result['bundle'].get('path')} ({result['bundle'].get('arch')})")
+    if result["served"]:
+        click.echo(f"kernel:   {result['kernel']} (family {result['family']})")
+    else:
+        click.echo(f"fallback: PyTorch's own kernel -- {result['reason']}")
+    if result.get("runtime"):
+        click.echo("\n" + result["runtime"].rstrip())
 
 
 if __name__ == "__main__":

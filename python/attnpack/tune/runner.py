@@ -1,0 +1,306 @@
+"""attnpack tune: measure every candidate kernel per key on the local GPU, keep the fastest
+correct one.
+
+For each key (op, dtype, head dim, causal, GQA class, Sq bucket, Sk bucket):
+1. the candidates are the tuning archive's kernels (`attnpack build --all`) for that op and
+   functional key, launched through the runtime, forced by name;
+2. each is checked against a float32 math reference at a small batch; a candidate with any NaN,
+   or an error more than REJECT_FACTOR times the best candidate's (with a floor), is rejected
+   and recorded as such, never selected;
+3. the survivors are timed at steady state at a size big enough that launch overhead cannot
+   decide (warm-up, L2 flush before every run, CUDA events, median of REPS);
+4. PyTorch's native backends (cuDNN, flash, efficient) are timed on the same shape.
+The result is written after every key, so an interrupted run keeps what it measured and a
+re-run skips keys already in the output.
+"""
+from __future__ import annotations
+
+import datetime
+import math
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable
+
+from attnpack.tune.buckets import SEQLEN_BOUNDS, seqlen_bucket
+from attnpack.tune.db import TuningDb, key_text, load_db, save_db
+
+REJECT_FACTOR = 3.0
+ERROR_FLOOR = {"bf16": 4e-3, "fp16": 5e-4}    # no candidate is rejected below these errors
+TIMED_FLOP = 2e11        # forward FLOPs per timed call; ~0.3 ms on an H200 in bf16
+CHECK_HEADS_KV = 2        # the correctness check runs at B=1, Hkv=2
+REPS, WARMUP = 20, 5
+L2_FLUSH_BYTES = 256 << 20
+
+
+@dataclass(frozen=True)
+class TuneKey:
+    op: str
+    dtype: str
+    head_dim: int
+    causal: bool
+    gqa: int
+    sq: int
+    sk: int
+
+    @property
+    def db_key(self) -> tuple:
+        return (self.op, self.dtype, self.head_dim, self.causal, self.gqa, self.sq, self.sk)
+
+
+STANDARD_PAIRS = tuple((s, s) for s in SEQLEN_BOUNDS) + ((128, 4096), (1024, 8192), (4096, 1024))
+
+
+def standard_keys(ops=("fwd", "bwd"), dtypes=("bf16", "fp16"), head_dims=(64, 128),
+                  gqas=(1, 4), pairs=STANDARD_PAIRS) -> list[TuneKey]:
+    """The shipped grid: Sq = Sk over every bucket, plus short-query and prefix-like Sq != Sk.
+
+    `pairs` are (Sq, Sk) in tokens; each key holds their buckets."""
+    pairs = sorted({(seqlen_bucket(sq), seqlen_bucket(sk)) for sq, sk in pairs})
+    return [TuneKey(op, dt, hd, causal, g, sq, sk)
+            for op in ops for dt in dtypes for hd in head_dims for causal in (False, True)
+            for g in gqas for sq, sk in pairs]
+
+
+def flops(op: str, B: int, Hq: int, Sq: int, Sk: int, D: int, causal: bool) -> float:
+    """FlashAttention convention: 4·B·Hq·Sq·Sk·D forward, halved when causal; bwd 2.5x."""
+    f = 4.0 * B * Hq * Sq * Sk * D * (0.5 if causal else 1.0)
+    return f * (2.5 if op == "bwd" else 1.0)
+
+
+def timing_shape(key: TuneKey) -> tuple[int, int, int, int, int, int]:
+    """(B, Hq, Hkv, Sq, Sk, D): Hkv=8, Hq=8·gqa, B grown until a call does TIMED_FLOP."""
+    hkv, hq = 8, 8 * key.gqa
+    per_batch = flops("fwd", 1, hq, key.sq, key.sk, key.head_dim, key.causal)
+    B = max(1, min(2048, math.ceil(TIMED_FLOP / per_batch)))
+    return B, hq, hkv, key.sq, key.sk, key.head_dim
+
+
+def candidates(archive_index: dict, key: TuneKey) -> list[dict]:
+    return [k for k in archive_index["kernels"]
+            if k["op"] == key.op and k["key"] == {"dtype": key.dtype, "head_dim": key.head_dim,
+                                                  "causal": key.causal}]
+
+
+class Bench:
+    """Steady-state timing with CUDA events, an L2 flush before each run, median of REPS."""
+
+    def __init__(self, torch):
+        self.torch = torch
+        self.flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+
+    def median_us(self, fn: Callable[[], None]) -> float:
+        torch = self.torch
+        for _ in range(WARMUP):
+            fn()
+        times = []
+        for _ in range(REPS):
+            self.flush.zero_()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) * 1000.0)
+        return statistics.median(times)
+
+
+def _inputs(torch, dtype, B, Hq, Hkv, Sq, Sk, D, grad: bool):
+    g = torch.Generator(device="cuda").manual_seed(B * 7919 + Sq * 31 + Sk)
+    mk = lambda h, s: torch.randn(B, h, s, D, device="cuda", dtype=dtype, generator=g)
+    q, k, v = mk(Hq, Sq), mk(Hkv, Sk), mk(Hkv, Sk)
+    do = mk(Hq, Sq) if grad else None
+    return q, k, v, do
+
+
+def _reference(torch, q, k, v, do, causal):
+    """float32 math SDPA (+ grads when `do` is given), GQA by the op itself."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    import torch.nn.functional as F
+    qf, kf, vf = (t.float().requires_grad_(do is not None) for t in (q, k, v))
+    with sdpa_kernel(SDPBackend.MATH):
+        o = F.scaled_dot_product_attention(qf, kf, vf, is_causal=causal,
+                                           enable_gqa=q.shape[1] != k.shape[1])
+    if do is None:
+        return (o,)
+    o.backward(do.float())
+    return o, qf.grad, kf.grad, vf.grad
+
+
+def _rel_error(got, ref) -> float:
+    got = got.float()
+    if not bool(got.isfinite().all()):
+        return math.inf
+    return float((got - ref).abs().max() / ref.abs().max().clamp_min(1e-6))
+
+
+class Candidate:
+    """Runs one archive kernel, forced by name, through the runtime."""
+
+    def __init__(self, runtime, bundle, name: str, key: TuneKey, scale: float):
+        self.runtime, self.bundle, self.name, self.key, self.scale = runtime, bundle, name, key, scale
+
+    def forward(self, q, k, v):
+        return self.runtime.forward(self.bundle, q, k, v, causal=self.key.causal,
+                                    scale=self.scale, kernel=self.name)
+
+    def error(self, torch, q, k, v, do, ref) -> float:
+        if self.key.op == "fwd":
+            o, _ = self.forward(q, k, v)
+            return _rel_error(o, ref[0])
+        fwd = self._fwd_for_bwd(q, k, v)
+        o, lse = self.runtime.forward(self.bundle, q, k, v, causal=self.key.causal,
+                                      scale=self.scale, kernel=fwd)
+        grads = self.runtime.backward(self.bundle, do, q, k, v, o, lse, causal=self.key.causal,
+                                      scale=self.scale, kernel=self.name)
+        return max(_rel_error(g, r) for g, r in zip(grads, ref[1:]))
+
+    def _fwd_for_bwd(self, q, k, v) -> str:
+        """The forward the bundle selects for this problem (the backward consumes its LSE)."""
+        B, Hq, Sq, D = q.shape
+        problem = self.runtime.make_problem("fwd", self.key.dtype, B=B, Hq=Hq, Hkv=k.shape[1],
+                                            Sq=Sq, Sk=k.shape[2], D=D, causal=self.key.causal)
+        return self.bundle.select(problem).name
+
+    def timed(self, torch, q, k, v, do) -> Callable[[], None]:
+        if self.key.op == "fwd":
+            o = torch.empty_like(q)
+            lse = torch.empty(q.shape[:3], dtype=torch.float32, device=q.device)
+            return lambda: self.runtime.forward(self.bundle, q, k, v, causal=self.key.causal,
+                                                scale=self.scale, out=o, lse=lse, kernel=self.name)
+        o, lse = self.runtime.forward(self.bundle, q, k, v, causal=self.key.causal,
+                                      scale=self.scale, kernel=self._fwd_for_bwd(q, k, v))
+        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        return lambda: self.runtime.backward(self.bundle, do, q, k, v, o, lse,
+                                             causal=self.key.causal, scale=self.scale,
+                                             dq=dq, dk=dk, dv=dv, kernel=self.name)
+
+
+def native_times(torch, bench: Bench, key: TuneKey, q, k, v, do) -> dict[str, float]:
+    """PyTorch's own fused backends on the same shape (those that accept it)."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    out = {}
+    for name, backend in (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION),
+                          ("efficient", SDPBackend.EFFICIENT_ATTENTION)):
+        gqa = q.shape[1] != k.shape[1]
+        try:
+            with sdpa_kernel(backend):
+                if key.op == "fwd":
+                    fn = lambda: F.scaled_dot_product_attention(q, k, v, is_causal=key.causal,
+                                                                enable_gqa=gqa)
+                    fn()
+                else:
+                    qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
+                    o = F.scaled_dot_product_attention(qg, kg, vg, is_causal=key.causal,
+                                                       enable_gqa=gqa)
+                    fn = lambda: torch.autograd.grad(o, (qg, kg, vg), do, retain_graph=True)
+                    fn()
+                out[name] = bench.median_us(fn)
+        except RuntimeError:
+            continue  # this backend refuses the shape (no kernel), which is information too
+    return out
+
+
+def provenance(torch, status: str = "tuned") -> dict:
+    import triton
+    props = torch.cuda.get_device_properties(0)
+    driver = ""
+    try:
+        import subprocess
+        driver = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                                capture_output=True, text=True, timeout=10).stdout.strip().splitlines()[0]
+    except (OSError, IndexError, subprocess.SubprocessError):
+        driver = torch.version.hip or "unknown"
+    return {"gpu": props.name, "driver": driver, "torch": torch.__version__,
+            "triton": triton.__version__, "date": datetime.date.today().isoformat(),
+            "status": status}
+
+
+def tune(archive_path: Path, keys: Iterable[TuneKey], out_path: Path,
+         progress: Callable[[int], Callable[[str], None]] = lambda n: (lambda label: None),
+         log: Callable[[str], None] = print) -> TuningDb:
+    import torch
+
+    from attnpack import runtime
+    from attnpack.archive import read_archive
+
+    archive = read_archive(archive_path)
+    keys = list(keys)
+    db = load_db(out_path) if out_path.is_file() else TuningDb(archive.arch, {})
+    if db.arch != archive.arch:
+        raise ValueError(f"{out_path} is for {db.arch}, the archive for {archive.arch}")
+    db.provenance = provenance(torch)
+    bench = Bench(torch)
+    advance = progress(len(keys))
+    with runtime.Bundle(archive_path) as bundle:
+        for key in keys:
+            advance(key_text(key.db_key))
+            if key.db_key in db.entries:
+                continue  # measured by an earlier, interrupted run
+            entry = tune_key(torch, runtime, bundle, bench, archive.index, key, log)
+            if entry is not None:
+                db.put(entry)
+                save_db(db, out_path)
+    return db
+
+
+def tune_key(torch, runtime, bundle, bench: Bench, index: dict, key: TuneKey, log) -> dict | None:
+    cands = candidates(index, key)
+    if not cands:
+        log(f"skip {key_text(key.db_key)}: the archive has no {key.op} kernel for this key")
+        return None
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[key.dtype]
+    scale = 1.0 / math.sqrt(key.head_dim)
+    grad = key.op == "bwd"
+    # 1-2: correctness on a small batch against float32 math
+    q, k, v, do = _inputs(torch, dtype, 1, CHECK_HEADS_KV * key.gqa, CHECK_HEADS_KV, key.sq,
+                          key.sk, key.head_dim, grad)
+    ref = _reference(torch, q, k, v, do, key.causal)
+    errors = {}
+    for c in cands:
+        try:
+            errors[c["name"]] = Candidate(runtime, bundle, c["name"], key, scale).error(
+                torch, q, k, v, do, ref)
+        except runtime.AttnpackError as e:
+            errors[c["name"]] = math.inf
+            log(f"  {c['name']}: {e}")
+    finite = [e for e in errors.values() if math.isfinite(e)]
+    if not finite:
+        log(f"skip {key_text(key.db_key)}: no candidate is correct")
+        return None
+    bound = max(REJECT_FACTOR * min(finite), ERROR_FLOOR[key.dtype])
+    rejected = [{"kernel": n, "error": (e if math.isfinite(e) else "nan/inf"), "bound": bound}
+                for n, e in sorted(errors.items()) if not e <= bound]
+    survivors = [n for n, e in sorted(errors.items()) if e <= bound]
+    del q, k, v, do, ref
+    # 3: steady-state timing at a size where launch overhead cannot decide
+    B, Hq, Hkv, Sq, Sk, D = timing_shape(key)
+    q, k, v, do = _inputs(torch, dtype, B, Hq, Hkv, Sq, Sk, D, grad)
+    times = {n: bench.median_us(Candidate(runtime, bundle, n, key, scale).timed(torch, q, k, v, do))
+             for n in survivors}
+    best = min(times, key=times.get)
+    # 5: PyTorch's own backends on the same shape
+    natives = native_times(torch, bench, key, q, k, v, do)
+    f = flops(key.op, B, Hq, Sq, Sk, D, key.causal)
+    entry = {"op": key.op, "dtype": key.dtype, "head_dim": key.head_dim, "causal": key.causal,
+             "gqa": key.gqa, "sq": key.sq, "sk": key.sk,
+             "family": index_family(index, best), "kernel": best,
+             "time_us": round(times[best], 2), "tflops": round(f / times[best] / 1e6, 1),
+             "error": errors[best],
+             "shape": {"B": B, "Hq": Hq, "Hkv": Hkv, "Sq": Sq, "Sk": Sk, "D": D},
+             "candidates": {n: round(t, 2) for n, t in sorted(times.items())},
+             "rejected": rejected}
+    if natives:
+        backend = min(natives, key=natives.get)
+        entry["native"] = {"backend": backend, "time_us": round(natives[backend], 2),
+                           "all_us": {n: round(t, 2) for n, t in sorted(natives.items())}}
+    log(f"{key_text(key.db_key)}: {best} {times[best]:.1f} us "
+        f"({entry['tflops']} TFLOP/s)" + (f", native {entry['native']['backend']} "
+                                          f"{entry['native']['time_us']:.1f} us" if natives else "")
+        + (f", rejected {len(rejected)}" if rejected else ""))
+    return entry
+
+
+def index_family(index: dict, name: str) -> str:
+    return next(k["family"] for k in index["kernels"] if k["name"] == name)

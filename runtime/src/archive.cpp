@@ -1,0 +1,451 @@
+#include "archive.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <optional>
+#include <sstream>
+
+#include <msgpack.hpp>
+#include <zstd.h>
+
+#include "error.hpp"
+
+namespace attnpack {
+namespace {
+
+// magic, major (u16), minor (u16), meta size (u32), sha256(meta)
+constexpr char kMagic[8] = {'A', 'T', 'T', 'N', 'P', 'A', 'C', 'K'};
+constexpr uint64_t kVersionEnd = 12;    // the magic and version are readable from here on
+constexpr uint64_t kPreambleSize = 48;
+const char* const kKnownArchs[] = {"sm_90", "gfx942", "gfx950"};
+constexpr uint64_t kMaxImageBytes = uint64_t(1) << 31;  // a GPU code object is never this big
+
+uint16_t load_le16(const uint8_t* p) { return uint16_t(p[0] | (p[1] << 8)); }
+uint32_t load_le32(const uint8_t* p) {
+  return uint32_t(p[0]) | (uint32_t(p[1]) << 8) | (uint32_t(p[2]) << 16) | (uint32_t(p[3]) << 24);
+}
+
+// A msgpack value plus the path that leads to it ("index.kernels[3].steps[0].grid"), so a
+// malformed field is reported by name.
+class Node {
+ public:
+  Node(const msgpack::object& object, std::string path, const Archive& archive)
+      : object_(object), path_(std::move(path)), archive_(archive) {}
+
+  [[noreturn]] void malformed(const std::string& what) const {
+    fail(ATTNPACK_STATUS_ARCHIVE_CORRUPT,
+         archive_.describe(path_ + " " + what +
+                           " — the archive and this runtime disagree on format " +
+                           std::to_string(kFormatMajor) + ".x; rebuild the bundle"));
+  }
+
+  const msgpack::object* find(const char* key) const {
+    if (object_.type != msgpack::type::MAP) malformed("is not a map");
+    const msgpack::object_map& map = object_.via.map;
+    for (uint32_t i = 0; i < map.size; ++i) {
+      const msgpack::object& k = map.ptr[i].key;
+      if (k.type == msgpack::type::STR && k.via.str.size == std::strlen(key) &&
+          std::memcmp(k.via.str.ptr, key, k.via.str.size) == 0) {
+        return &map.ptr[i].val;
+      }
+    }
+    return nullptr;
+  }
+  Node at(const char* key) const {
+    const msgpack::object* value = find(key);
+    if (!value) malformed(std::string("has no '") + key + "'");
+    return Node(*value, path_ + "." + key, archive_);
+  }
+  std::optional<Node> maybe(const char* key) const {
+    const msgpack::object* value = find(key);
+    if (!value) return std::nullopt;
+    return Node(*value, path_ + "." + key, archive_);
+  }
+
+  uint32_t length() const {
+    if (object_.type != msgpack::type::ARRAY) malformed("is not an array");
+    return object_.via.array.size;
+  }
+  Node item(uint32_t i) const {
+    return Node(object_.via.array.ptr[i], path_ + "[" + std::to_string(i) + "]", archive_);
+  }
+
+  // Map entries in stored order (for the informational config map).
+  template <typename Visit>
+  void each_entry(Visit visit) const {
+    if (object_.type != msgpack::type::MAP) malformed("is not a map");
+    for (uint32_t i = 0; i < object_.via.map.size; ++i) {
+      const msgpack::object_kv& kv = object_.via.map.ptr[i];
+      if (kv.key.type != msgpack::type::STR) malformed("has a key that is not a string");
+      std::string key(kv.key.via.str.ptr, kv.key.via.str.size);
+      visit(key, Node(kv.val, path_ + "." + key, archive_));
+    }
+  }
+
+  std::string str() const {
+    if (object_.type != msgpack::type::STR) malformed("is not a string");
+    return std::string(object_.via.str.ptr, object_.via.str.size);
+  }
+  uint64_t u64() const {
+    if (object_.type != msgpack::type::POSITIVE_INTEGER) malformed("is not a non-negative integer");
+    return object_.via.u64;
+  }
+  uint32_t u32() const {
+    uint64_t value = u64();
+    if (value > UINT32_MAX) malformed("does not fit 32 bits");
+    return uint32_t(value);
+  }
+  bool boolean() const {
+    if (object_.type != msgpack::type::BOOLEAN) malformed("is not a boolean");
+    return object_.via.boolean;
+  }
+  Sha256Digest digest() const {
+    if (object_.type != msgpack::type::BIN || object_.via.bin.size != 32) {
+      malformed("is not a 32-byte sha256");
+    }
+    Sha256Digest out;
+    std::memcpy(out.data(), object_.via.bin.ptr, 32);
+    return out;
+  }
+  // A scalar as text, for informational maps.
+  std::string text() const {
+    switch (object_.type) {
+      case msgpack::type::STR: return str();
+      case msgpack::type::POSITIVE_INTEGER: return std::to_string(object_.via.u64);
+      case msgpack::type::NEGATIVE_INTEGER: return std::to_string(object_.via.i64);
+      case msgpack::type::BOOLEAN: return object_.via.boolean ? "true" : "false";
+      case msgpack::type::FLOAT32:
+      case msgpack::type::FLOAT64: {
+        std::ostringstream out;
+        out << object_.via.f64;
+        return out.str();
+      }
+      default: return "?";
+    }
+  }
+
+ private:
+  const msgpack::object& object_;
+  std::string path_;
+  const Archive& archive_;
+};
+
+FunctionalKey read_key(const Node& node) {
+  FunctionalKey key;
+  key.dtype = node.at("dtype").str();
+  uint64_t head_dim = node.at("head_dim").u64();
+  if (head_dim == 0 || head_dim > 4096) node.at("head_dim").malformed("is out of range");
+  key.head_dim = int32_t(head_dim);
+  key.causal = node.at("causal").boolean();
+  return key;
+}
+
+std::array<uint32_t, 3> read_dim3(const Node& node) {
+  if (node.length() != 3) node.malformed("does not have 3 entries");
+  return {node.item(0).u32(), node.item(1).u32(), node.item(2).u32()};
+}
+
+TensorMapRecord read_tensormap(const Node& node) {
+  TensorMapRecord map;
+  map.param = node.at("param").str();
+  map.tensor = node.at("tensor").str();
+  Node box = node.at("box");
+  for (uint32_t i = 0; i < box.length(); ++i) map.box.push_back(box.item(i).u32());
+  if (auto swizzle = node.maybe("swizzle")) map.swizzle = swizzle->u32();
+  if (auto l2 = node.maybe("l2_promotion")) map.l2_promotion = l2->u32();
+  if (auto fill = node.maybe("oob_fill")) map.oob_fill = fill->str();
+  return map;
+}
+
+StepRecord read_step(const Node& node, size_t num_images) {
+  StepRecord step;
+  step.name = node.at("name").str();
+  step.image = node.at("image").u32();
+  if (step.image >= num_images) node.at("image").malformed("is out of range");
+  step.symbol = node.at("symbol").str();
+  Node params = node.at("params");
+  for (uint32_t i = 0; i < params.length(); ++i) {
+    Node param = params.item(i);
+    if (param.length() != 3) param.malformed("is not [word, type, divisibility]");
+    step.params.push_back({param.item(0).str(), param.item(1).str(), param.item(2).u32()});
+  }
+  Node grid = node.at("grid");
+  if (grid.length() != 3) grid.malformed("does not have 3 dims");
+  for (uint32_t d = 0; d < 3; ++d) {
+    Node dim = grid.item(d);
+    for (uint32_t i = 0; i < dim.length(); ++i) {
+      Node factor = dim.item(i);
+      if (factor.length() != 2) factor.malformed("is not [word, divisor]");
+      uint64_t divisor = factor.item(1).u64();
+      if (divisor == 0 || divisor > INT32_MAX) factor.item(1).malformed("is not a positive divisor");
+      step.grid[d].push_back({factor.item(0).str(), int64_t(divisor)});
+    }
+  }
+  step.block = read_dim3(node.at("block"));
+  step.shared = node.at("shared").u32();
+  step.cluster = read_dim3(node.at("cluster"));
+  Node scratch = node.at("scratch");
+  step.scratch.global_size = scratch.at("global_size").u64();
+  step.scratch.global_align = scratch.at("global_align").u64();
+  step.scratch.profile_size = scratch.at("profile_size").u64();
+  step.scratch.profile_align = scratch.at("profile_align").u64();
+  if (auto maps = node.maybe("tensormaps")) {
+    for (uint32_t i = 0; i < maps->length(); ++i) step.tensormaps.push_back(read_tensormap(maps->item(i)));
+  }
+  step.kernarg_size = node.at("kernarg_size").u64();
+  return step;
+}
+
+KernelRecord read_kernel(const Node& node, size_t num_images) {
+  KernelRecord kernel;
+  kernel.name = node.at("name").str();
+  kernel.family = node.at("family").str();
+  kernel.op = node.at("op").str();
+  kernel.key = read_key(node.at("key"));
+  if (auto config = node.maybe("config")) {
+    config->each_entry([&](const std::string& key, const Node& value) {
+      if (!kernel.config.empty()) kernel.config += " ";
+      kernel.config += key + "=" + value.text();
+    });
+  }
+  Node workspace = node.at("workspace");
+  for (uint32_t i = 0; i < workspace.length(); ++i) {
+    Node buffer = workspace.item(i);
+    WorkspaceRecord record;
+    record.name = buffer.at("name").str();
+    Node shape = buffer.at("shape");
+    for (uint32_t j = 0; j < shape.length(); ++j) record.shape.push_back(shape.item(j).str());
+    kernel.workspace.push_back(std::move(record));
+  }
+  Node steps = node.at("steps");
+  if (steps.length() == 0) steps.malformed("is empty");
+  for (uint32_t i = 0; i < steps.length(); ++i) kernel.steps.push_back(read_step(steps.item(i), num_images));
+  return kernel;
+}
+
+// Unpacks one msgpack document that must fill `size` bytes exactly.
+msgpack::object_handle unpack_document(const uint8_t* bytes, uint64_t size, const Archive& archive,
+                                       const char* what) {
+  try {
+    size_t offset = 0;
+    msgpack::object_handle handle =
+        msgpack::unpack(reinterpret_cast<const char*>(bytes), size_t(size), offset);
+    if (offset != size) {
+      fail(ATTNPACK_STATUS_ARCHIVE_CORRUPT,
+           archive.describe(std::string(what) + " has " + std::to_string(size - offset) +
+                            " stray bytes after its msgpack map — rebuild the bundle"));
+    }
+    return handle;
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    fail(ATTNPACK_STATUS_ARCHIVE_CORRUPT,
+         archive.describe(std::string(what) + " is not valid msgpack (" + e.what() +
+                          ") — rebuild the bundle"));
+  }
+}
+
+}  // namespace
+
+MappedFile::MappedFile(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    fail(ATTNPACK_STATUS_ARCHIVE_NOT_FOUND,
+         "archive " + path + " cannot be opened (" + std::strerror(errno) + ") — check the path");
+  }
+  struct stat info;
+  if (::fstat(fd, &info) != 0 || !S_ISREG(info.st_mode)) {
+    ::close(fd);
+    fail(ATTNPACK_STATUS_ARCHIVE_NOT_FOUND, "archive " + path + " is not a regular file");
+  }
+  size_ = uint64_t(info.st_size);
+  if (size_ > 0) {
+    void* mapping = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (mapping == MAP_FAILED) {
+      int error = errno;
+      ::close(fd);
+      fail(ATTNPACK_STATUS_ARCHIVE_NOT_FOUND,
+           "archive " + path + " cannot be mapped (" + std::strerror(error) + ")");
+    }
+    data_ = static_cast<const uint8_t*>(mapping);
+  }
+  ::close(fd);  // the mapping keeps the file alive
+}
+
+MappedFile::~MappedFile() {
+  if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
+}
+
+std::string Archive::describe(const std::string& problem) const {
+  return "archive " + path_ + ": " + problem;
+}
+
+Archive::Archive(const std::string& path) : path_(path), file_(path) {
+  const uint8_t* data = file_.data();
+  const uint64_t size = file_.size();
+  auto truncated = [&](const std::string& what, uint64_t end) {
+    fail(ATTNPACK_STATUS_ARCHIVE_CORRUPT,
+         describe(what + " ends at byte " + std::to_string(end) + " but the file has " +
+                  std::to_string(size) + " bytes (truncated?) — re-copy or rebuild the bundle"));
+  };
+  if (size < sizeof(kMagic)) truncated("the magic", sizeof(kMagic));
+  if (std::memcmp(data, kMagic, sizeof(kMagic)) != 0) {
+    fail(ATTNPACK_STATUS_ARCHIVE_CORRUPT,
+         describe("is not an attnpack archive (no ATTNPACK magic) — point at an attnpack-*.apk file"));
+  }
+  if (size < kVersionEnd) truncated("the format version", kVersionEnd);
+  format_major_ = load_le16(data + 8);
+  format_minor_ = load_le16(data + 10);
+  if (format_major_ != kFormatMajor) {
+    fail(ATTNPACK_STATUS_ARCHIVE_VERSION,
+         "archive " + path_ + " has format " + std::to_string(format_major_) + "." +
+             std::to_string(format_minor_) + "; this runtime reads " +
+             std::to_string(kFormatMajor) + ".x — rebuild the bundle or update the runtime");
+  }
+  if (size < kPreambleSize) truncated("the preamble", kPreambleSize);
+  const uint64_t meta_size = load_le32(data + 12);
+  if (kPreambleSize + meta_size > size) truncated("the meta map", kPreambleSize + meta_size);
+  if (sha256(data + kPreambleSize, meta_size) != *reinterpret_cast<const Sha256Digest*>(data + 16)) {
+    fail(ATTNPACK_STATUS_ARCHIVE_CORRUPT,
+         describe("meta map fails its sha256 check (corrupt header) — re-copy or rebuild the bundle"));
+  }
+  parse_meta(data + kPreambleSize, meta_size);
+  if (index_offset_ > size || index_size_ > size - index_offset_) {
+    truncated("the index", index_offset_ + index_size_);
+  }
+  if (sha256(data + index_offset_, index_size_) != index_sha256_) {
+    fail(ATTNPACK_STATUS_ARCHIVE_CORRUPT,
+         describe("index fails its sha256 check (corrupt index) — re-copy or rebuild the bundle"));
+  }
+  parse_index(data + index_offset_, index_size_);
+  check_layout();
+}
+
+void Archive::parse_meta(const uint8_t* bytes, uint64_t size) {
+  msgpack::object_handle handle = unpack_document(bytes, size, *this, "meta");
+  Node meta(handle.get(), "meta", *this);
+  arch_ = meta.at("arch").str();
+  bool known = false;
+  for (const char* arch : kKnownArchs) known |= arch_ == arch;
+  if (!known) {
+    fail(ATTNPACK_STATUS_ARCHIVE_CORRUPT,
+         describe("targets unknown arch '" + arch_ + "' (this runtime knows sm_90, gfx942, "
+                  "gfx950) — update the runtime"));
+  }
+  bundle_version_ = meta.at("bundle_version").str();
+  meta.at("compilers").each_entry(
+      [&](const std::string& name, const Node& version) { compilers_[name] = version.str(); });
+  index_offset_ = meta.at("index_offset").u64();
+  index_size_ = meta.at("index_size").u64();
+  index_sha256_ = meta.at("index_sha256").digest();
+  images_offset_ = meta.at("images_offset").u64();
+}
+
+void Archive::parse_index(const uint8_t* bytes, uint64_t size) {
+  msgpack::object_handle handle = unpack_document(bytes, size, *this, "index");
+  Node index(handle.get(), "index", *this);
+  Node images = index.at("images");
+  for (uint32_t i = 0; i < images.length(); ++i) {
+    Node node = images.item(i);
+    ImageRecord image;
+    image.kind = node.at("kind").str();
+    image.symbol = node.at("symbol").str();
+    image.offset = node.at("offset").u64();
+    image.size = node.at("size").u64();
+    image.raw_size = node.at("raw_size").u64();
+    image.sha256 = node.at("sha256").digest();
+    images_.push_back(std::move(image));
+  }
+  Node kernels = index.at("kernels");
+  for (uint32_t i = 0; i < kernels.length(); ++i) {
+    kernels_.push_back(read_kernel(kernels.item(i), images_.size()));
+  }
+  Node selection = index.at("selection");
+  for (uint32_t i = 0; i < selection.length(); ++i) {
+    Node node = selection.item(i);
+    SelectionRecord entry;
+    entry.op = node.at("op").str();
+    entry.key = read_key(node);
+    std::string name = node.at("kernel").str();
+    bool found = false;
+    for (uint32_t k = 0; k < kernels_.size() && !found; ++k) {
+      if (kernels_[k].name == name) {
+        entry.kernel = k;
+        found = true;
+      }
+    }
+    if (!found) node.at("kernel").malformed("names kernel " + name + ", which is not in the index");
+    const KernelRecord& kernel = kernels_[entry.kernel];
+    if (kernel.op != entry.op || kernel.key.dtype != entry.key.dtype ||
+        kernel.key.head_dim != entry.key.head_dim || kernel.key.causal != entry.key.causal) {
+      node.malformed("points at " + name + ", whose op or key differs");
+    }
+    selection_.push_back(std::move(entry));
+  }
+}
+
+void Archive::check_layout() {
+  const uint64_t size = file_.size();
+  uint64_t end = images_offset_;
+  if (images_offset_ > size) {
+    fail(ATTNPACK_STATUS_ARCHIVE_CORRUPT,
+         describe("images start at byte " + std::to_string(images_offset_) + " past the end of the " +
+                  std::to_string(size) + "-byte file (truncated?) — re-copy or rebuild the bundle"));
+  }
+  for (size_t i = 0; i < images_.size(); ++i) {
+    const ImageRecord& image = images_[i];
+    uint64_t room = size - images_offset_;
+    if (image.offset > room || image.size > room - image.offset) {
+      fail(ATTNPACK_STATUS_ARCHIVE_CORRUPT,
+           describe("image " + std::to_string(i) + " (" + image.symbol + ") lies past the end of the " +
+                    std::to_string(size) + "-byte file (truncated?) — re-copy or rebuild the bundle"));
+    }
+    end = std::max(end, images_offset_ + image.offset + image.size);
+  }
+  if (end != size) {
+    fail(ATTNPACK_STATUS_ARCHIVE_CORRUPT,
+         describe("has " + std::to_string(size - end) +
+                  " bytes after its last image — re-copy or rebuild the bundle"));
+  }
+}
+
+std::vector<uint8_t> Archive::image_bytes(uint32_t index) const {
+  const ImageRecord& image = images_.at(index);
+  std::string users;
+  for (const KernelRecord& kernel : kernels_) {
+    for (const StepRecord& step : kernel.steps) {
+      if (step.image == index) {
+        users += (users.empty() ? "" : ", ") + kernel.name;
+        break;
+      }
+    }
+  }
+  auto corrupt = [&](const std::string& problem) {
+    fail(ATTNPACK_STATUS_ARCHIVE_CORRUPT,
+         describe("image " + std::to_string(index) + " (" + image.symbol + ", used by " + users +
+                  ") " + problem + " — re-copy or rebuild the bundle"));
+  };
+  const uint8_t* compressed = file_.data() + images_offset_ + image.offset;
+  unsigned long long content_size = ZSTD_getFrameContentSize(compressed, image.size);
+  if (content_size == ZSTD_CONTENTSIZE_ERROR || content_size == ZSTD_CONTENTSIZE_UNKNOWN) {
+    corrupt("is not a zstd frame with its content size");
+  }
+  if (image.raw_size > kMaxImageBytes) corrupt("claims an implausible size");
+  if (content_size != image.raw_size) {
+    corrupt("inflates to " + std::to_string(content_size) + " bytes, the index says " +
+            std::to_string(image.raw_size));
+  }
+  std::vector<uint8_t> raw(image.raw_size);
+  size_t written = ZSTD_decompress(raw.data(), raw.size(), compressed, image.size);
+  if (ZSTD_isError(written)) corrupt(std::string("does not inflate (") + ZSTD_getErrorName(written) + ")");
+  if (written != raw.size()) corrupt("inflates short");
+  if (sha256(raw.data(), raw.size()) != image.sha256) corrupt("fails its sha256 check");
+  return raw;
+}
+
+}  // namespace attnpack

@@ -1,0 +1,151 @@
+// The archive reader: one attnpack-<version>-<arch>.apk, mapped read-only (docs/ARCHIVE.md).
+//
+// open() checks the preamble, the meta and index sha256 and parses the index into the records
+// below; an image is inflated and checked against its sha256 only when image_bytes() asks.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "sha256.hpp"
+
+namespace attnpack {
+
+constexpr uint16_t kFormatMajor = 1;
+constexpr uint16_t kFormatMinor = 0;
+
+struct ImageRecord {
+  std::string kind;    // "cubin" or "hsaco"
+  std::string symbol;  // entry point
+  uint64_t offset = 0; // from the meta's images_offset
+  uint64_t size = 0;   // compressed bytes
+  uint64_t raw_size = 0;
+  Sha256Digest sha256{};
+};
+
+// A launch-spec parameter: [word, type, divisibility].
+struct ParamRecord {
+  std::string word;
+  std::string type;  // "ptr", "i32", "i64", "f32", "tensormap"
+  uint32_t divisibility = 1;
+};
+
+// ceil(word / divisor)
+struct GridFactorRecord {
+  std::string word;
+  int64_t divisor = 1;
+};
+
+struct ScratchRecord {
+  uint64_t global_size = 0, global_align = 1, profile_size = 0, profile_align = 1;
+};
+
+// A host TMA descriptor the runtime encodes before launch (cuTensorMapEncodeTiled); see
+// docs/runtime.md "Tensor maps". It views one tensor word in its logical axes, outermost first.
+struct TensorMapRecord {
+  std::string param;            // the params word (type "tensormap") it is passed as
+  std::string tensor;           // q k v o do dq dk dv (problem dtype), lse or a workspace (fp32)
+  std::vector<uint32_t> box;    // box extent per logical axis, outermost first
+  uint32_t swizzle = 0;         // bytes: 0, 32, 64, 128
+  uint32_t l2_promotion = 0;    // bytes: 0, 64, 128, 256
+  std::string oob_fill = "zero";  // "zero" or "nan"
+};
+
+struct StepRecord {
+  std::string name;
+  uint32_t image = 0;
+  std::string symbol;
+  std::vector<ParamRecord> params;
+  std::array<std::vector<GridFactorRecord>, 3> grid;
+  std::array<uint32_t, 3> block{1, 1, 1};
+  uint32_t shared = 0;
+  std::array<uint32_t, 3> cluster{1, 1, 1};
+  ScratchRecord scratch;
+  std::vector<TensorMapRecord> tensormaps;
+  uint64_t kernarg_size = 0;
+};
+
+struct WorkspaceRecord {
+  std::string name;
+  std::vector<std::string> shape;  // size words
+};
+
+struct FunctionalKey {
+  std::string dtype;  // "fp16", "bf16"
+  int32_t head_dim = 0;
+  bool causal = false;
+};
+
+struct KernelRecord {
+  std::string name;
+  std::string family;
+  std::string op;  // "fwd", "bwd"
+  FunctionalKey key;
+  std::string config;  // "BLOCK_M=128 num_warps=8 ..." for explain
+  std::vector<WorkspaceRecord> workspace;
+  std::vector<StepRecord> steps;
+};
+
+struct SelectionRecord {
+  std::string op;
+  FunctionalKey key;
+  uint32_t kernel = 0;  // index into kernels
+};
+
+class MappedFile {
+ public:
+  explicit MappedFile(const std::string& path);  // throws Error
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  const uint8_t* data() const { return data_; }
+  uint64_t size() const { return size_; }
+
+ private:
+  const uint8_t* data_ = nullptr;
+  uint64_t size_ = 0;
+};
+
+class Archive {
+ public:
+  // Throws Error: ARCHIVE_NOT_FOUND, ARCHIVE_VERSION or ARCHIVE_CORRUPT, naming the file.
+  explicit Archive(const std::string& path);
+
+  const std::string& path() const { return path_; }
+  uint16_t format_major() const { return format_major_; }
+  uint16_t format_minor() const { return format_minor_; }
+  const std::string& arch() const { return arch_; }
+  const std::string& bundle_version() const { return bundle_version_; }
+  const std::map<std::string, std::string>& compilers() const { return compilers_; }
+  const std::vector<ImageRecord>& images() const { return images_; }
+  const std::vector<KernelRecord>& kernels() const { return kernels_; }
+  const std::vector<SelectionRecord>& selection() const { return selection_; }
+
+  // Inflates image `index` and checks its size and sha256; throws ARCHIVE_CORRUPT naming the
+  // file, the image and the kernels that use it. Thread-safe (reads the mapping only).
+  std::vector<uint8_t> image_bytes(uint32_t index) const;
+
+  // "archive <path>: <problem>" — the start of every message about this file.
+  std::string describe(const std::string& problem) const;
+
+ private:
+  void parse_meta(const uint8_t* bytes, uint64_t size);
+  void parse_index(const uint8_t* bytes, uint64_t size);
+  void check_layout();
+
+  std::string path_;
+  MappedFile file_;
+  uint16_t format_major_ = 0, format_minor_ = 0;
+  std::string arch_, bundle_version_;
+  std::map<std::string, std::string> compilers_;
+  uint64_t index_offset_ = 0, index_size_ = 0, images_offset_ = 0;
+  Sha256Digest index_sha256_{};
+  std::vector<ImageRecord> images_;
+  std::vector<KernelRecord> kernels_;
+  std::vector<SelectionRecord> selection_;
+};
+
+}  // namespace attnpack

@@ -1,0 +1,104 @@
+// A bundle: one opened archive, its kernel plans and selector, and per device context the
+// modules loaded so far. Everything a C API call does on a handle goes through here.
+#pragma once
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "archive.hpp"
+#include "driver.hpp"
+#include "launch.hpp"
+#include "problem.hpp"
+#include "select.hpp"
+
+namespace attnpack {
+
+class RecordingDriver;
+
+struct OpenOptions {
+  std::string path;       // one file, or empty to search `directory`
+  std::string directory;  // empty: default_bundle_directory()
+  std::string arch;       // empty: the current device's
+  bool recording = false;
+};
+
+struct LaunchOptions {
+  void* stream = nullptr;
+  uint64_t workspace = 0;
+  uint64_t workspace_size = 0;
+};
+
+class Bundle {
+ public:
+  explicit Bundle(const OpenOptions& options);  // throws Error
+  ~Bundle();
+
+  const Archive& archive() const { return *archive_; }
+  const char* driver_name() const;  // "cuda", "hip" or "recording", without loading a driver
+  const std::string& compilers_text() const { return compilers_text_; }
+
+  Selection select(const Problem& problem, std::vector<std::string>* trace = nullptr) const {
+    return selector_->select(problem, trace);
+  }
+  std::string explain(const Problem& problem) const;
+  uint64_t workspace_size(const Problem& problem);
+
+  // Runs every step of the selected kernel; throws UNSUPPORTED (counted) when none serves it.
+  void run(const Problem& problem, const LaunchOptions& options);
+  // Loads the kernels of `problems` (every selectable kernel when empty) on this device.
+  void preload(const std::vector<Problem>& problems);
+
+  // The raw image of a kernel's step (inflated, sha256-checked), as a first load sees it.
+  std::vector<uint8_t> kernel_image(const std::string& kernel, uint32_t step) const;
+  void verify_images() const;
+
+  std::string stats_json() const;
+  void reset_stats();
+  // Recording bundles only: JSON of the launches recorded so far, and forgetting them.
+  std::string recorded_launches();
+  void clear_recorded_launches();
+
+ private:
+  // One image loaded into one device context, exactly once: concurrent first users wait on
+  // `mutex` while the first one loads; afterwards `ready` lets everyone through unlocked.
+  struct LoadedImage {
+    std::mutex mutex;
+    std::atomic<bool> ready{false};
+    LoadedFunction function;
+  };
+  struct DeviceContext {
+    ContextKey key = 0;
+    DeviceInfo info;
+    std::unique_ptr<LoadedImage[]> images;  // per archive image
+  };
+
+  Driver& driver();
+  RecordingDriver& recording_driver();
+  DeviceContext& current_device();
+  void* function_for(DeviceContext& device, const StepPlan& step);
+  const KernelPlan& select_for_launch(const Problem& problem);
+
+  std::unique_ptr<Archive> archive_;
+  std::vector<KernelPlan> plans_;
+  std::unique_ptr<Selector> selector_;
+  std::string compilers_text_;
+  std::vector<uint32_t> image_shared_;   // per image: the most dynamic shared memory its steps use
+  std::vector<uint32_t> image_cluster_;  // per image: the largest cluster its steps use
+
+  std::unique_ptr<RecordingDriver> recording_driver_;
+  std::atomic<Driver*> driver_{nullptr};  // the real driver, looked up on first need
+
+  std::mutex contexts_mutex_;
+  std::vector<std::unique_ptr<DeviceContext>> contexts_;
+
+  std::unique_ptr<std::atomic<uint64_t>[]> calls_;  // per kernel
+  std::atomic<uint64_t> modules_loaded_{0};
+  mutable std::mutex unsupported_mutex_;
+  std::map<std::string, uint64_t> unsupported_;  // per reason
+};
+
+}  // namespace attnpack

@@ -1,0 +1,97 @@
+#include "recording_driver.hpp"
+
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include "../json.hpp"
+#include "../sha256.hpp"
+
+namespace attnpack {
+namespace {
+
+// Tensor maps encoded on this thread since its last launch: they belong to that launch.
+thread_local std::vector<TensorMapEncode> pending_tensormaps;
+
+std::string tensormap_json(const TensorMapEncode& e) {
+  std::vector<uint64_t> dims(e.dims, e.dims + e.rank);
+  std::vector<uint64_t> strides(e.strides, e.strides + (e.rank ? e.rank - 1 : 0));
+  std::vector<uint32_t> box(e.box, e.box + e.rank);
+  std::vector<uint32_t> element_strides(e.element_strides, e.element_strides + e.rank);
+  return "{\"data_type\":" + std::to_string(e.data_type) + ",\"rank\":" + std::to_string(e.rank) +
+         ",\"address\":" + std::to_string(e.address) + ",\"dims\":" + json_numbers(dims) +
+         ",\"strides\":" + json_numbers(strides) + ",\"box\":" + json_numbers(box) +
+         ",\"element_strides\":" + json_numbers(element_strides) +
+         ",\"interleave\":" + std::to_string(e.interleave) + ",\"swizzle\":" + std::to_string(e.swizzle) +
+         ",\"l2_promotion\":" + std::to_string(e.l2_promotion) +
+         ",\"oob_fill\":" + std::to_string(e.oob_fill) + "}";
+}
+
+}  // namespace
+
+DeviceInfo RecordingDriver::device_info() {
+  DeviceInfo info;
+  info.arch = arch_;
+  info.num_sms = kNumSms;
+  info.max_shared_per_block = arch_ == "gfx942" ? 65536 : arch_ == "gfx950" ? 163840 : 232448;
+  info.description = "recording driver (no GPU; " + arch_ + ", " + std::to_string(kNumSms) + " SMs)";
+  return info;
+}
+
+LoadedFunction RecordingDriver::load(const std::vector<uint8_t>& image, const std::string& symbol,
+                                     uint32_t, uint32_t) {
+  // A real module load takes a while; so does this one, so that tests of concurrent first
+  // calls have a window in which a second load would happen if the cache let it.
+  std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  std::lock_guard<std::mutex> lock(mutex_);
+  loaded_.push_back(symbol + " " + to_hex(sha256(image.data(), image.size()).data(), 32));
+  LoadedFunction loaded;
+  loaded.module = loaded.function = reinterpret_cast<void*>(uintptr_t(loaded_.size()));
+  return loaded;
+}
+
+void RecordingDriver::launch(const KernelLaunch& launch) {
+  Launch record;
+  record.launch = launch;
+  record.symbol = *launch.symbol;
+  record.args.assign(launch.args, launch.args + launch.args_size);
+  record.offsets.assign(launch.arg_offsets, launch.arg_offsets + launch.num_args);
+  record.tensormaps.swap(pending_tensormaps);
+  std::lock_guard<std::mutex> lock(mutex_);
+  launches_.push_back(std::move(record));
+  if (launches_.size() > kKeptLaunches) launches_.pop_front();
+}
+
+void RecordingDriver::encode_tensormap(const TensorMapEncode& encode, void* descriptor) {
+  // A recognisable stand-in for the opaque descriptor: its address, then zeros.
+  std::memset(descriptor, 0, kTensorMapBytes);
+  std::memcpy(descriptor, &encode.address, sizeof(encode.address));
+  pending_tensormaps.push_back(encode);
+}
+
+std::string RecordingDriver::launches_json() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::string out = "{\"launches\":[";
+  for (size_t i = 0; i < launches_.size(); ++i) {
+    const Launch& r = launches_[i];
+    out += std::string(i ? "," : "") + "{\"symbol\":" + json_string(r.symbol) +
+           ",\"function\":" + std::to_string(uintptr_t(r.launch.function)) +
+           ",\"grid\":" + json_numbers(r.launch.grid) + ",\"block\":" + json_numbers(r.launch.block) +
+           ",\"cluster\":" + json_numbers(r.launch.cluster) + ",\"shared\":" + std::to_string(r.launch.shared) +
+           ",\"stream\":" + std::to_string(uintptr_t(r.launch.stream)) +
+           ",\"args\":\"" + to_hex(r.args.data(), r.args.size()) + "\"" +
+           ",\"arg_offsets\":" + json_numbers(r.offsets) + ",\"tensormaps\":[";
+    for (size_t m = 0; m < r.tensormaps.size(); ++m) out += (m ? "," : "") + tensormap_json(r.tensormaps[m]);
+    out += "]}";
+  }
+  out += "],\"loaded\":[";
+  for (size_t i = 0; i < loaded_.size(); ++i) out += (i ? "," : "") + json_string(loaded_[i]);
+  return out + "]}";
+}
+
+void RecordingDriver::clear_launches() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  launches_.clear();
+}
+
+}  // namespace attnpack

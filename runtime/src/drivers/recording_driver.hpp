@@ -1,0 +1,52 @@
+// A driver for tests and benchmarks: it loads nothing onto a GPU and launches nothing; it
+// records each launch (grid, block, cluster, shared memory, the packed argument bytes and the
+// tensor maps encoded for it). With it the whole launch path runs on a machine without a GPU.
+#pragma once
+
+#include <deque>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "../driver.hpp"
+
+namespace attnpack {
+
+class RecordingDriver final : public Driver {
+ public:
+  static constexpr int64_t kNumSms = 132;  // it pretends to be an H200
+  static constexpr size_t kKeptLaunches = 256;
+
+  explicit RecordingDriver(std::string arch) : arch_(std::move(arch)) {}
+
+  const char* name() const override { return "recording"; }
+  ContextKey current_context() override { return 1; }
+  DeviceInfo device_info() override;
+  LoadedFunction load(const std::vector<uint8_t>& image, const std::string& symbol,
+                      uint32_t dynamic_shared, uint32_t cluster_size) override;
+  void unload(ContextKey, const LoadedFunction&) noexcept override {}
+  void launch(const KernelLaunch& launch) override;
+  void encode_tensormap(const TensorMapEncode& encode, void* descriptor) override;
+
+  // {"launches": [...oldest first], "loaded": ["symbol sha256", ...]}
+  std::string launches_json();
+  void clear_launches();
+
+ private:
+  // Kept raw and formatted only when asked, so that recording costs little next to the
+  // runtime's own work (benchmarks time launches through this driver).
+  struct Launch {
+    KernelLaunch launch;  // only its scalar fields are read; the pointed-to data is copied below
+    std::string symbol;
+    std::vector<uint8_t> args;
+    std::vector<uint32_t> offsets;
+    std::vector<TensorMapEncode> tensormaps;
+  };
+
+  std::string arch_;
+  std::mutex mutex_;
+  std::deque<Launch> launches_;
+  std::vector<std::string> loaded_;  // "symbol sha256" per module load
+};
+
+}  // namespace attnpack

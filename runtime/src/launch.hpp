@@ -1,0 +1,119 @@
+// Launch specs, read data-driven: each kernel's steps are planned once at open (every word
+// resolved to where its value comes from, argument offsets, the packed size checked against
+// the image's kernarg_size), then each launch resolves the plan against a Problem.
+// No C++ is generated or written per kernel.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "archive.hpp"
+#include "driver.hpp"
+#include "problem.hpp"
+
+namespace attnpack {
+
+enum class ParamType : uint8_t { Ptr, I32, I64, F32, TensorMap };
+
+// Where a parameter's value comes from.
+enum class ParamSource : uint8_t {
+  Tensor,          // an element tensor's address (index: TensorId)
+  Lse,             // the lse buffer's address
+  Workspace,       // a workspace buffer's address (index: its position in the kernel's list)
+  Stride,          // <tensor>_stride_<axis> (index: TensorId, axis: Axis)
+  Size,            // B Hq Hkv Sq Sk (index: SizeId)
+  SmScale,         // sm_scale
+  SmScaleLog2,     // sm_scale * log2(e)
+  GlobalScratch,   // Triton's trailing global scratch pointer
+  ProfileScratch,  // Triton's trailing profile scratch pointer
+  TensorMap,       // a host TMA descriptor (index: the step's tensormaps entry)
+};
+
+struct ParamSlot {
+  const std::string* word = nullptr;
+  ParamSource source = ParamSource::Size;
+  ParamType type = ParamType::I32;
+  uint8_t index = 0;
+  uint8_t axis = 0;
+  uint32_t divisibility = 1;
+  uint32_t offset = 0;  // in the packed argument buffer
+};
+
+// The memory a tensor map views.
+struct BufferRef {
+  enum Kind : uint8_t { Tensor, Lse, Workspace } kind = Tensor;
+  uint8_t index = 0;  // TensorId or workspace position
+};
+
+struct TensorMapPlan {
+  const TensorMapRecord* record = nullptr;
+  BufferRef buffer;
+  uint32_t swizzle = 0, l2_promotion = 0, oob_fill = 0;  // driver enum values
+};
+
+struct StepPlan {
+  const StepRecord* record = nullptr;
+  std::vector<ParamSlot> params;
+  std::vector<uint32_t> offsets;  // params[i].offset, contiguous for the driver
+  uint32_t packed_size = 0;
+  std::array<std::vector<std::pair<SizeId, int64_t>>, 3> grid;  // factors: ceil(size / d)
+  std::vector<TensorMapPlan> tensormaps;
+  bool grid_uses_num_sms = false;
+};
+
+struct KernelPlan {
+  const KernelRecord* record = nullptr;
+  std::vector<StepPlan> steps;
+  std::vector<std::vector<SizeId>> workspace_shapes;  // per declared buffer
+  bool uses_tensor[kNumTensors] = {};
+  bool uses_lse = false;
+  bool scratch_needs_num_sms = false;  // workspace size depends on the device
+  std::string defect;  // why this runtime cannot launch it; empty when it can
+};
+
+// Plans every step of `kernel`. Never throws for a bad spec: it records `defect` instead, so
+// one kernel this runtime cannot launch does not make the whole archive unusable.
+KernelPlan plan_kernel(const Archive& archive, const KernelRecord& kernel);
+
+// Why the step's grid for `problem` exceeds the driver's limits (counting cluster blocks), or "".
+std::string grid_overflow(const StepPlan& step, const Problem& problem);
+// Programs per grid dim, before cluster expansion; throws UNSUPPORTED past the limits.
+std::array<uint32_t, 3> program_grid(const StepPlan& step, const Problem& problem);
+
+struct WorkspaceLayout {
+  std::vector<uint64_t> buffer_offsets;  // per declared buffer
+  struct Scratch {
+    uint64_t global_offset = 0, profile_offset = 0;
+    bool global = false, profile = false;
+  };
+  std::vector<Scratch> step_scratch;  // per step
+  uint64_t total = 0;
+};
+
+// Declared buffers in order, each 256-byte aligned, then one scratch region that the steps
+// share (they run in order on one stream): per step, global scratch then profile scratch,
+// each `size * programs * cluster blocks` bytes. `problem.sizes[kNumSms]` must be set when
+// `plan.scratch_needs_num_sms`.
+WorkspaceLayout layout_workspace(const KernelPlan& plan, const Problem& problem);
+
+// What resolves a plan's buffer words at launch.
+struct LaunchBuffers {
+  std::vector<uint64_t> workspace;  // per declared buffer
+  uint64_t global_scratch = 0, profile_scratch = 0;
+};
+
+// The encode arguments of one tensor map for `problem` (dims innermost first).
+TensorMapEncode tensormap_arguments(const TensorMapPlan& map, const KernelPlan& plan,
+                                    const Problem& problem, const LaunchBuffers& buffers);
+
+// Packs every parameter of `step` into `out` (step.packed_size bytes, 64-byte aligned);
+// tensor maps are encoded in place through `driver`.
+void pack_arguments(const StepPlan& step, const KernelPlan& plan, const Problem& problem,
+                    const LaunchBuffers& buffers, Driver& driver, uint8_t* out);
+
+constexpr uint32_t kMaxKernargBytes = 4096;  // CUDA's classic parameter limit
+constexpr uint64_t kWorkspaceAlign = 256;
+
+}  // namespace attnpack

@@ -1,0 +1,177 @@
+"""Archives and helpers shared by the runtime's CPU tests (test_runtime_*.py import this).
+
+Two kinds of archive:
+- real ones, compiled by the builder from the toy family (tests/cpu/fixtures/kernels, about two
+  seconds) and, for the launch-spec check, one head dim of the Triton family;
+- synthetic ones, written by the archive writer with stand-in image bytes, whose index says
+  exactly what a test needs (head dims, dtypes, clusters, scratch, tensor maps). The runtime
+  never runs an image on the CPU, so any bytes do: it checks their sha256, as on a GPU.
+
+$ATTNPACK_TEST_ARCHIVE_DIR, when set, holds the compiled archives from an earlier run (the
+AddressSanitizer run uses it, so that no compiler runs under the sanitizer).
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from attnpack import abi
+from attnpack import runtime as rt
+
+FIXTURE_KERNELS = Path(__file__).parent / "fixtures" / "kernels"
+PARAM_SIZE = {"ptr": 8, "i64": 8, "i32": 4, "f32": 4, "tensormap": 128}
+PARAM_ALIGN = {"ptr": 8, "i64": 8, "i32": 4, "f32": 4, "tensormap": 64}
+
+
+def kernarg_size(types) -> int:
+    """The documented rule: natural alignment, the end padded to 8 (64 with a tensor map)."""
+    offset, align = 0, 8
+    for t in types:
+        offset = -(-offset // PARAM_ALIGN[t]) * PARAM_ALIGN[t] + PARAM_SIZE[t]
+        align = max(align, PARAM_ALIGN[t])
+    return -(-offset // align) * align
+
+
+def strides_of(*tensors):
+    return [abi.stride_name(t, a) for t in tensors for a in abi.STRIDE_AXES]
+
+
+def step(name, image, words, grid, *, workspace=(), block=(128, 1, 1), shared=0,
+         cluster=(1, 1, 1), scratch=None, tensormaps=(), divisible=(), kernarg=None) -> dict:
+    """A launch-spec step record as the builder writes it (params typed by the vocabulary)."""
+    params = []
+    for word in list(words) + list(abi.TRITON_SCRATCH):
+        tm = next((m for m in tensormaps if m["param"] == word), None)
+        typ = "tensormap" if tm else abi.param_type(word, tuple(workspace))
+        div = 16 if (typ == "ptr" and word not in abi.TRITON_SCRATCH) or word in divisible else 1
+        params.append([word, typ, div])
+    return {"name": name, "image": image, "symbol": f"sym{image}", "params": params,
+            "grid": [[list(f) for f in dim] for dim in grid], "block": list(block),
+            "shared": shared, "cluster": list(cluster),
+            "scratch": scratch or {"global_size": 0, "global_align": 1, "profile_size": 0,
+                                   "profile_align": 1},
+            "tensormaps": list(tensormaps),
+            "kernarg_size": kernarg_size([p[1] for p in params]) if kernarg is None else kernarg}
+
+
+FWD_WORDS = ["q", "k", "v", "o", "lse", *strides_of("q", "k", "v", "o"),
+             "Hq", "Hkv", "Sq", "Sk", "sm_scale_log2"]
+BWD_PRE_WORDS = ["o", "do", "delta", *strides_of("o", "do"), "Hq", "Sq"]
+BWD_WORDS = ["q", "k", "v", "do", "dq", "dk", "dv", "lse", "delta",
+             *strides_of("q", "k", "v", "do", "dq", "dk", "dv"),
+             "Hq", "Hkv", "Sq", "Sk", "sm_scale", "sm_scale_log2"]
+PER_Q_TILE = ((("Sq", 128),), (("B", 1), ("Hq", 1)), ())
+PER_KV_TILE = ((("Sk", 64),), (("B", 1), ("Hkv", 1)), ())
+
+
+def kernel(family, op, dtype, head_dim, causal, steps, config="M128", workspace=()) -> dict:
+    tag = f"{dtype}-d{head_dim}-{'causal' if causal else 'full'}"
+    return {"name": f"{family}/{op}/{tag}/{config}", "family": family, "op": op,
+            "key": {"dtype": dtype, "head_dim": head_dim, "causal": causal},
+            "config": {"tile": config}, "steps": steps,
+            "workspace": [{"name": n, "shape": ["B", "Hq", "Sq"]} for n in workspace]}
+
+
+def attention_kernels(dtypes=("fp16", "bf16"), head_dims=(64, 128), image=0) -> list[dict]:
+    """Forward and backward kernels shaped like the Triton family's, over one stand-in image."""
+    out = []
+    for dtype in dtypes:
+        for d in head_dims:
+            for causal in (False, True):
+                out.append(kernel("synth", "fwd", dtype, d, causal, [
+                    step("fwd", image, FWD_WORDS, PER_Q_TILE, shared=98304,
+                         divisible=strides_of("q", "k", "v", "o"))]))
+                out.append(kernel("synth", "bwd", dtype, d, causal, [
+                    step("bwd_preprocess", image, BWD_PRE_WORDS, PER_Q_TILE, workspace=["delta"]),
+                    step("bwd", image, BWD_WORDS, PER_KV_TILE, workspace=["delta"],
+                         divisible=strides_of("q", "k", "v", "do", "dq", "dk", "dv"))],
+                    workspace=["delta"]))
+    return out
+
+
+def write_synthetic(path: Path, kernels: list[dict], *, arch="sm_90", images=None,
+                    selection=None) -> Path:
+    """An archive through the real writer, with stand-in images; every kernel is selected."""
+    from attnpack.archive import Image, write_archive
+    kind = "cubin" if arch.startswith("sm_") else "hsaco"
+    count = 1 + max(s["image"] for k in kernels for s in k["steps"])
+    images = images or [Image(kind, f"sym{i}", bytes(range(256)) * (40 + i)) for i in range(count)]
+    if selection is None:
+        selection = [{"op": k["op"], **k["key"], "kernel": k["name"]} for k in kernels]
+    return write_archive(path, arch=arch, bundle_version="0.1.0", compilers={"triton": "3.6.0"},
+                         images=images, kernels=kernels, selection=selection,
+                         families={"synth": {"provenance": {"license": "MIT"}}})
+
+
+def patched(src: Path, dst: Path, offset: int, data: bytes) -> Path:
+    """A copy of `src` with `data` written over it at `offset` (negative: from the end)."""
+    raw = bytearray(src.read_bytes())
+    offset = offset % len(raw)
+    raw[offset:offset + len(data)] = data
+    dst.write_bytes(bytes(raw))
+    return dst
+
+
+def flipped(src: Path, dst: Path, offset: int) -> Path:
+    raw = src.read_bytes()
+    return patched(src, dst, offset, bytes([raw[offset % len(raw)] ^ 0x55]))
+
+
+def expect_error(status: rt.Status, call, *args, **kwargs) -> str:
+    """Runs `call`, asserts it fails with `status`, returns the message."""
+    with pytest.raises(rt.AttnpackError) as info:
+        call(*args, **kwargs)
+    assert info.value.status == status, info.value
+    return info.value.message
+
+
+def build_toy(root: Path) -> dict[str, Path]:
+    """arch -> toy archive compiled into root/toy, for sm_90 and gfx950."""
+    from attnpack.build import BuildRequest, build_archives
+    req = BuildRequest(archs=("sm_90", "gfx950"), out_dir=root / "toy", kernels_root=FIXTURE_KERNELS,
+                       cache_dir=root / "cache", jobs=2, all_variants=True)
+    return {p.name.split("-")[-1][:-4]: p for p in build_archives(req)}
+
+
+def build_triton_fwd(root: Path) -> Path:
+    """The Triton family's forward, fp16, head dim 64, causal and full, for sm_90."""
+    from attnpack.build import BuildRequest, build_archives
+    req = BuildRequest(archs=("sm_90",), out_dir=root / "triton", cache_dir=root / "cache", jobs=2,
+                       families=("triton",), ops=("fwd",), dtypes=("fp16",), head_dims=(64,))
+    return build_archives(req)[0]
+
+
+def prebuild(root: str) -> None:
+    """Compiles every archive the tests need into `root`, for $ATTNPACK_TEST_ARCHIVE_DIR."""
+    build_toy(Path(root))
+    build_triton_fwd(Path(root))
+
+
+def _prebuilt(sub: str) -> list[Path]:
+    ready = os.environ.get("ATTNPACK_TEST_ARCHIVE_DIR")
+    return sorted((Path(ready) / sub).glob("*.apk")) if ready else []
+
+
+@pytest.fixture(scope="session")
+def toy_archives(tmp_path_factory) -> dict[str, Path]:
+    """arch -> toy archive (compiled), for sm_90 and gfx950."""
+    ready = _prebuilt("toy")
+    if ready:
+        return {p.name.split("-")[-1][:-4]: p for p in ready}
+    return build_toy(tmp_path_factory.mktemp("runtime_toy"))
+
+
+@pytest.fixture(scope="session")
+def triton_fwd_archive(tmp_path_factory) -> Path:
+    """The Triton family's forward, fp16, head dim 64, causal and full, compiled for sm_90."""
+    ready = _prebuilt("triton")
+    return ready[0] if ready else build_triton_fwd(tmp_path_factory.mktemp("runtime_triton"))
+
+
+@pytest.fixture(scope="session")
+def synthetic_archive(tmp_path_factory) -> Path:
+    """fwd+bwd, fp16+bf16, head dims 64 and 128, causal and full, for sm_90."""
+    return write_synthetic(tmp_path_factory.mktemp("runtime_synth") / "attnpack-0.1.0-sm_90.apk",
+                           attention_kernels())
