@@ -345,5 +345,24 @@ def explain_sdpa(shape, dtype, causal, op, dropout_p, deterministic, device, arc
         click.echo("\n" + result["runtime"].rstrip())
 
 
+@db.command("seed")
+@click.option("--arch", required=True, type=click.Choice(KNOWN_ARCHS))
+@click.option("-o", "--out", "out_path", required=True, type=click.Path(dir_okay=False, path_type=Path))
+def db_seed(arch, out_path):
+    """Write an `untuned` database for a GPU that cannot be measured here: every key of the
+    standard grid gets its family's documented default. `attnpack tune` replaces it.
+
+    \b
+    Example:
+      attnpack db seed --arch gfx950 -o aot/tuning_db/gfx950.jsonl
+    """
+    from attnpack.family import load_families
+    from attnpack.tune.db import save_db, seed_untuned
+    from attnpack.tune.runner import standard_keys
+    tdb = seed_untuned(arch, standard_keys(), load_families())
+    save_db(tdb, out_path)
+    click.echo(f"{out_path}: {len(tdb.entries)} untuned entries")
+
+
 if __name__ == "__main__":
     main()

@@ -91,7 +91,8 @@ class Problem(ctypes.Structure):
                 ("softmax_scale", ctypes.c_float),
                 ("q", Tensor), ("k", Tensor), ("v", Tensor), ("o", Tensor),
                 ("lse", ctypes.c_void_p),
-                ("dout", Tensor), ("dq", Tensor), ("dk", Tensor), ("dv", Tensor)]
+                ("dout", Tensor), ("dq", Tensor), ("dk", Tensor), ("dv", Tensor),
+                ("kernel", ctypes.c_char_p)]  # version 2
 
 
 class KernelInfo(ctypes.Structure):
@@ -196,15 +197,17 @@ def _text(call) -> str:
 def make_problem(op: str, dtype: str, *, B: int, Hq: int, Hkv: int, Sq: int, Sk: int, D: int,
                  causal: bool = False, scale: float | None = None,
                  strides: Mapping[str, tuple[int, int, int, int]] | None = None,
-                 pointers: Mapping[str, int] | None = None) -> Problem:
+                 pointers: Mapping[str, int] | None = None, kernel: str | None = None) -> Problem:
     """A problem by numbers: strides default to contiguous [B, H, S, D]; pointers to NULL.
 
     `strides`/`pointers` are keyed by tensor name (q k v o do dq dk dv, and lse for pointers).
+    `kernel` forces that archive kernel by name instead of the selection (`attnpack tune`).
     """
     problem = Problem(struct_size=ctypes.sizeof(Problem), op=OPS.get(op, op),
                       dtype=DTYPES.get(dtype, dtype), causal=int(causal), batch=B, heads_q=Hq,
                       heads_kv=Hkv, seqlen_q=Sq, seqlen_k=Sk, head_dim=D,
-                      softmax_scale=0.0 if scale is None else scale)
+                      softmax_scale=0.0 if scale is None else scale,
+                      kernel=kernel.encode() if kernel else None)
     strides, pointers = dict(strides or {}), dict(pointers or {})
     for field in TENSOR_FIELDS:
         name = "do" if field == "dout" else field
@@ -338,14 +341,15 @@ def _tensor(t) -> Tensor:
 
 
 def problem_from_tensors(op: str, q, k, v, o, lse, *, do=None, dq=None, dk=None, dv=None,
-                         causal: bool = False, scale: float | None = None) -> Problem:
+                         causal: bool = False, scale: float | None = None,
+                         kernel: str | None = None) -> Problem:
     """A problem over torch tensors, each a logical [B, H, S, D] view (any strides)."""
     B, Hq, Sq, D = q.shape
     dtype = _TORCH_DTYPES.get(str(q.dtype).removeprefix("torch."))
     if dtype is None:
         raise TypeError(f"q has dtype {q.dtype}; attnpack takes float16, bfloat16 (or float32)")
     problem = make_problem(op, dtype, B=B, Hq=Hq, Hkv=k.shape[1], Sq=Sq, Sk=k.shape[2], D=D,
-                           causal=causal, scale=scale)
+                           causal=causal, scale=scale, kernel=kernel)
     for field, t in zip(TENSOR_FIELDS, (q, k, v, o, do, dq, dk, dv)):
         setattr(problem, field, _tensor(t))
     problem.lse = lse.data_ptr() if lse is not None else None
@@ -365,13 +369,17 @@ def _workspace(bundle: Bundle, problem: Problem, device):
 
 
 def forward(bundle: Bundle, q, k, v, *, causal: bool = False, scale: float | None = None,
-            out=None, lse=None):
-    """(o, lse) for q [B, Hq, Sq, D], k/v [B, Hkv, Sk, D]; lse is float32 [B, Hq, Sq]."""
+            out=None, lse=None, kernel: str | None = None):
+    """(o, lse) for q [B, Hq, Sq, D], k/v [B, Hkv, Sk, D]; lse is float32 [B, Hq, Sq].
+
+    `kernel` runs that archive kernel by name instead of the selected one (`attnpack tune`).
+    """
     import torch
     B, Hq, Sq, _ = q.shape
     o = torch.empty_like(q) if out is None else out
     lse = torch.empty((B, Hq, Sq), dtype=torch.float32, device=q.device) if lse is None else lse
-    problem = problem_from_tensors("fwd", q, k, v, o, lse, causal=causal, scale=scale)
+    problem = problem_from_tensors("fwd", q, k, v, o, lse, causal=causal, scale=scale,
+                                   kernel=kernel)
     ws = _workspace(bundle, problem, q.device)
     bundle.forward(problem, stream=_stream(q), workspace=ws.data_ptr() if ws is not None else None,
                    workspace_size=ws.numel() if ws is not None else 0)
@@ -379,14 +387,17 @@ def forward(bundle: Bundle, q, k, v, *, causal: bool = False, scale: float | Non
 
 
 def backward(bundle: Bundle, do, q, k, v, o, lse, *, causal: bool = False,
-             scale: float | None = None, dq=None, dk=None, dv=None):
-    """(dq, dk, dv) of attention for the upstream gradient `do` [B, Hq, Sq, D]."""
+             scale: float | None = None, dq=None, dk=None, dv=None, kernel: str | None = None):
+    """(dq, dk, dv) of attention for the upstream gradient `do` [B, Hq, Sq, D].
+
+    `kernel` runs that archive kernel by name instead of the selected one (`attnpack tune`).
+    """
     import torch
     dq = torch.empty_like(q) if dq is None else dq
     dk = torch.empty_like(k) if dk is None else dk
     dv = torch.empty_like(v) if dv is None else dv
     problem = problem_from_tensors("bwd", q, k, v, o, lse, do=do, dq=dq, dk=dk, dv=dv,
-                                   causal=causal, scale=scale)
+                                   causal=causal, scale=scale, kernel=kernel)
     ws = _workspace(bundle, problem, q.device)
     bundle.backward(problem, stream=_stream(q), workspace=ws.data_ptr() if ws is not None else None,
                     workspace_size=ws.numel() if ws is not None else 0)

@@ -5,10 +5,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <optional>
 #include <sstream>
+#include <tuple>
 
 #include <msgpack.hpp>
 #include <zstd.h>
@@ -42,6 +44,11 @@ class Node {
          archive_.describe(path_ + " " + what +
                            " — the archive and this runtime disagree on format " +
                            std::to_string(kFormatMajor) + ".x; rebuild the bundle"));
+  }
+
+  // A well-formed field that contradicts the rest of the index (a buggy or tampered writer).
+  [[noreturn]] void inconsistent(const std::string& what) const {
+    fail(ATTNPACK_STATUS_ARCHIVE_CORRUPT, archive_.describe(path_ + " " + what + " — rebuild the bundle"));
   }
 
   const msgpack::object* find(const char* key) const {
@@ -228,6 +235,81 @@ KernelRecord read_kernel(const Node& node, size_t num_images) {
   return kernel;
 }
 
+// Bucket boundaries of one axis: ascending, each at least 1 (python/attnpack/tune/buckets.py).
+std::vector<uint32_t> read_bounds(const Node& node, bool required) {
+  std::vector<uint32_t> bounds;
+  for (uint32_t i = 0; i < node.length(); ++i) {
+    const uint32_t value = node.item(i).u32();
+    if (value < 1) node.item(i).inconsistent("is 0; bucket boundaries start at 1");
+    if (!bounds.empty() && value <= bounds.back()) {
+      node.item(i).inconsistent("is not above the boundary before it (" + std::to_string(bounds.back()) + ")");
+    }
+    bounds.push_back(value);
+  }
+  if (required && bounds.empty()) node.inconsistent("is empty, but the tuning map has entries");
+  return bounds;
+}
+
+bool is_boundary(uint32_t value, const std::vector<uint32_t>& bounds) {
+  return std::binary_search(bounds.begin(), bounds.end(), value);
+}
+
+// The index's `tuning` map (docs/ARCHIVE.md). Every entry must name a kernel of the index with
+// the entry's op and functional key, sit on bucket boundaries, and have a key of its own.
+TuningRecord read_tuning(const Node& node, const std::vector<KernelRecord>& kernels,
+                         const std::unordered_map<std::string, uint32_t>& kernel_index) {
+  TuningRecord tuning;
+  if (auto provenance = node.maybe("provenance")) {
+    provenance->each_entry([&](const std::string& key, const Node& value) { tuning.provenance[key] = value.text(); });
+  }
+  const std::optional<Node> entries = node.maybe("entries");
+  const bool has_entries = entries && entries->length() > 0;
+  // Entries need both axes; without entries (no database at build time) they may be absent.
+  const std::optional<Node> buckets = has_entries ? std::optional<Node>(node.at("buckets")) : node.maybe("buckets");
+  if (buckets) {
+    for (auto [axis, bounds] : {std::pair{"seqlen", &tuning.seqlen_bounds}, std::pair{"gqa", &tuning.gqa_bounds}}) {
+      const std::optional<Node> list = has_entries ? std::optional<Node>(buckets->at(axis)) : buckets->maybe(axis);
+      if (list) *bounds = read_bounds(*list, has_entries);
+    }
+  }
+  if (!has_entries) return tuning;
+
+  using Key = std::tuple<std::string, std::string, int32_t, bool, uint32_t, uint32_t, uint32_t>;
+  std::map<Key, uint32_t> seen;  // key -> first entry with it
+  for (uint32_t i = 0; i < entries->length(); ++i) {
+    const Node item = entries->item(i);
+    TuningEntry entry;
+    entry.op = item.at("op").str();
+    entry.key = read_key(item);
+    entry.gqa = item.at("gqa").u32();
+    entry.sq = item.at("sq").u32();
+    entry.sk = item.at("sk").u32();
+    const std::string name = item.at("kernel").str();
+    const std::string where = "(" + key_text(entry.op, entry.key) + " gqa" + std::to_string(entry.gqa) + " sq" +
+                              std::to_string(entry.sq) + " sk" + std::to_string(entry.sk) + ") ";
+    for (auto [field, value, axis] : {std::tuple{"gqa", entry.gqa, "gqa"}, std::tuple{"sq", entry.sq, "seqlen"},
+                                      std::tuple{"sk", entry.sk, "seqlen"}}) {
+      if (!is_boundary(value, std::string(axis) == "gqa" ? tuning.gqa_bounds : tuning.seqlen_bounds)) {
+        item.inconsistent(where + "has " + field + " " + std::to_string(value) +
+                          ", which is not a boundary of buckets." + axis);
+      }
+    }
+    auto found = kernel_index.find(name);
+    if (found == kernel_index.end()) item.inconsistent(where + "names kernel " + name + ", which is not in the index");
+    entry.kernel = found->second;
+    const KernelRecord& kernel = kernels[entry.kernel];
+    if (kernel.op != entry.op || kernel.key.dtype != entry.key.dtype || kernel.key.head_dim != entry.key.head_dim ||
+        kernel.key.causal != entry.key.causal) {
+      item.inconsistent(where + "names kernel " + name + ", which is for " + key_text(kernel.op, kernel.key));
+    }
+    auto [first, fresh] = seen.emplace(Key{entry.op, entry.key.dtype, entry.key.head_dim, entry.key.causal,
+                                           entry.gqa, entry.sq, entry.sk}, i);
+    if (!fresh) item.inconsistent(where + "repeats the key of entries[" + std::to_string(first->second) + "]");
+    tuning.entries.push_back(std::move(entry));
+  }
+  return tuning;
+}
+
 // Unpacks one msgpack document that must fill `size` bytes exactly.
 msgpack::object_handle unpack_document(const uint8_t* bytes, uint64_t size, const Archive& archive,
                                        const char* what) {
@@ -279,6 +361,16 @@ MappedFile::MappedFile(const std::string& path) {
 
 MappedFile::~MappedFile() {
   if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
+}
+
+std::string key_text(const std::string& op, const FunctionalKey& key) {
+  return op + " " + key.dtype + " d" + std::to_string(key.head_dim) + (key.causal ? " causal" : " full");
+}
+
+std::optional<uint32_t> Archive::kernel_index(const std::string& name) const {
+  auto found = kernel_index_.find(name);
+  if (found == kernel_index_.end()) return std::nullopt;
+  return found->second;
 }
 
 std::string Archive::describe(const std::string& problem) const {
@@ -364,6 +456,9 @@ void Archive::parse_index(const uint8_t* bytes, uint64_t size) {
   Node kernels = index.at("kernels");
   for (uint32_t i = 0; i < kernels.length(); ++i) {
     kernels_.push_back(read_kernel(kernels.item(i), images_.size()));
+    if (!kernel_index_.emplace(kernels_.back().name, i).second) {
+      kernels.item(i).at("name").inconsistent("repeats kernel name " + kernels_.back().name);
+    }
   }
   Node selection = index.at("selection");
   for (uint32_t i = 0; i < selection.length(); ++i) {
@@ -372,14 +467,11 @@ void Archive::parse_index(const uint8_t* bytes, uint64_t size) {
     entry.op = node.at("op").str();
     entry.key = read_key(node);
     std::string name = node.at("kernel").str();
-    bool found = false;
-    for (uint32_t k = 0; k < kernels_.size() && !found; ++k) {
-      if (kernels_[k].name == name) {
-        entry.kernel = k;
-        found = true;
-      }
+    auto found = kernel_index_.find(name);
+    if (found == kernel_index_.end()) {
+      node.at("kernel").malformed("names kernel " + name + ", which is not in the index");
     }
-    if (!found) node.at("kernel").malformed("names kernel " + name + ", which is not in the index");
+    entry.kernel = found->second;
     const KernelRecord& kernel = kernels_[entry.kernel];
     if (kernel.op != entry.op || kernel.key.dtype != entry.key.dtype ||
         kernel.key.head_dim != entry.key.head_dim || kernel.key.causal != entry.key.causal) {
@@ -387,6 +479,8 @@ void Archive::parse_index(const uint8_t* bytes, uint64_t size) {
     }
     selection_.push_back(std::move(entry));
   }
+  // An index written before the tuning database has no `tuning`: no tuned entries.
+  if (auto tuning = index.maybe("tuning")) tuning_ = read_tuning(*tuning, kernels_, kernel_index_);
 }
 
 void Archive::check_layout() {

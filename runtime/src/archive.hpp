@@ -7,7 +7,9 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "sha256.hpp"
@@ -95,6 +97,24 @@ struct SelectionRecord {
   uint32_t kernel = 0;  // index into kernels
 };
 
+// One entry of the compiled tuning database: the kernel measured fastest for a bucketed key.
+struct TuningEntry {
+  std::string op;
+  FunctionalKey key;
+  uint32_t gqa = 0, sq = 0, sk = 0;  // bucket values (boundaries from TuningRecord)
+  uint32_t kernel = 0;               // index into kernels
+};
+
+// The index's `tuning` map. An archive without it has no buckets and no entries.
+struct TuningRecord {
+  std::vector<uint32_t> seqlen_bounds, gqa_bounds;  // ascending; the rule is in select.cpp
+  std::vector<TuningEntry> entries;
+  std::map<std::string, std::string> provenance;     // informational
+};
+
+// "fwd fp16 d32 causal", as python/attnpack/tune/db.py's key_text starts.
+std::string key_text(const std::string& op, const FunctionalKey& key);
+
 class MappedFile {
  public:
   explicit MappedFile(const std::string& path);  // throws Error
@@ -123,6 +143,9 @@ class Archive {
   const std::vector<ImageRecord>& images() const { return images_; }
   const std::vector<KernelRecord>& kernels() const { return kernels_; }
   const std::vector<SelectionRecord>& selection() const { return selection_; }
+  const TuningRecord& tuning() const { return tuning_; }
+  // The position in kernels() of the kernel named `name`, if there is one.
+  std::optional<uint32_t> kernel_index(const std::string& name) const;
 
   // Inflates image `index` and checks its size and sha256; throws ARCHIVE_CORRUPT naming the
   // file, the image and the kernels that use it. Thread-safe (reads the mapping only).
@@ -146,6 +169,8 @@ class Archive {
   std::vector<ImageRecord> images_;
   std::vector<KernelRecord> kernels_;
   std::vector<SelectionRecord> selection_;
+  std::unordered_map<std::string, uint32_t> kernel_index_;  // name -> position in kernels_
+  TuningRecord tuning_;
 };
 
 }  // namespace attnpack

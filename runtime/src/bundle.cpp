@@ -250,6 +250,11 @@ std::string Bundle::explain(const Problem& problem) const {
   const KernelPlan& plan = *selection.plan;
   const KernelRecord& kernel = *plan.record;
   out += "kernel: " + kernel.name + " (family " + kernel.family + (kernel.config.empty() ? "" : ", " + kernel.config) + ")\n";
+  switch (selection.origin) {
+    case Origin::Forced: out += "served by: forced name (attnpack_problem.kernel)\n"; break;
+    case Origin::Tuned: out += "served by: tuned entry\n"; break;
+    case Origin::Default: out += "served by: default\n"; break;
+  }
   bool sizes_known = true;  // grids over num_sms need the device, which explain does not ask
   for (const StepPlan& step : plan.steps) sizes_known &= !step.grid_uses_num_sms;
   for (const StepPlan& step : plan.steps) {
@@ -275,15 +280,14 @@ std::string Bundle::explain(const Problem& problem) const {
 }
 
 std::vector<uint8_t> Bundle::kernel_image(const std::string& name, uint32_t step) const {
-  for (const KernelRecord& kernel : archive_->kernels()) {
-    if (kernel.name != name) continue;
-    if (step >= kernel.steps.size()) {
-      fail(ATTNPACK_STATUS_INVALID_ARGUMENT, "kernel " + name + " has " + std::to_string(kernel.steps.size()) +
-                                                 " steps; there is no step " + std::to_string(step));
-    }
-    return archive_->image_bytes(kernel.steps[step].image);
+  std::optional<uint32_t> index = archive_->kernel_index(name);
+  if (!index) fail(ATTNPACK_STATUS_INVALID_ARGUMENT, archive_->describe("has no kernel " + name));
+  const KernelRecord& kernel = archive_->kernels()[*index];
+  if (step >= kernel.steps.size()) {
+    fail(ATTNPACK_STATUS_INVALID_ARGUMENT, "kernel " + name + " has " + std::to_string(kernel.steps.size()) +
+                                               " steps; there is no step " + std::to_string(step));
   }
-  fail(ATTNPACK_STATUS_INVALID_ARGUMENT, archive_->describe("has no kernel " + name));
+  return archive_->image_bytes(kernel.steps[step].image);
 }
 
 void Bundle::verify_images() const {

@@ -1,6 +1,8 @@
 #include "problem.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
 
 #include "error.hpp"
@@ -47,14 +49,19 @@ TensorView view_of(const attnpack_tensor& tensor) {
 }  // namespace
 
 Problem problem_from_c(const attnpack_problem* c_problem) {
+  // Version 1 ends before `kernel`; each later version appends fields.
+  constexpr size_t kVersion1Size = offsetof(attnpack_problem, kernel);
   if (!c_problem) fail(ATTNPACK_STATUS_INVALID_ARGUMENT, "problem is NULL");
-  if (c_problem->struct_size < sizeof(attnpack_problem)) {
+  if (c_problem->struct_size < kVersion1Size) {
     fail(ATTNPACK_STATUS_INVALID_ARGUMENT,
          "attnpack_problem.struct_size is " + std::to_string(c_problem->struct_size) +
-             "; version 1 of the struct has " + std::to_string(sizeof(attnpack_problem)) +
+             "; version 1 of the struct has " + std::to_string(kVersion1Size) +
              " bytes — set struct_size = sizeof(attnpack_problem)");
   }
-  const attnpack_problem& c = *c_problem;  // fields appended by later versions are not read
+  // Only the caller's struct_size bytes are read: the fields an older caller's struct lacks
+  // stay zero, and those a newer one appends are ignored.
+  attnpack_problem c{};
+  std::memcpy(&c, c_problem, std::min<size_t>(c_problem->struct_size, sizeof(c)));
   Problem problem;
   switch (c.op) {
     case ATTNPACK_OP_FWD: problem.op = Op::Forward; break;
@@ -82,6 +89,7 @@ Problem problem_from_c(const attnpack_problem* c_problem) {
                                                  &c.dout, &c.dq, &c.dk, &c.dv};
   for (int t = 0; t < kNumTensors; ++t) problem.tensors[t] = view_of(*tensors[t]);
   problem.lse = reinterpret_cast<uint64_t>(c.lse);
+  problem.kernel = c.kernel;
   return problem;
 }
 

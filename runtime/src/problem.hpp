@@ -44,12 +44,14 @@ struct Problem {
   int64_t sizes[kNumSizeWords] = {};  // kNumSms is filled in from the device at launch
   TensorView tensors[kNumTensors];
   uint64_t lse = 0;                  // float32, contiguous [B, Hq, Sq]
+  const char* kernel = nullptr;      // forced kernel name (the caller's, valid for the call)
 
   // Logical [B, H, S, D] extents of an element tensor.
   void shape_of(TensorId tensor, int64_t out[4]) const;
 };
 
-// Validates struct_size and the enums of a caller's struct; throws INVALID_ARGUMENT.
+// Validates struct_size and the enums of a caller's struct; throws INVALID_ARGUMENT. Fields
+// past the caller's struct_size (an older caller's struct) read as zero.
 Problem problem_from_c(const attnpack_problem* problem);
 
 // "fwd bf16 B=2 Hq=32 Hkv=8 Sq=128 Sk=1000 D=128 causal"

@@ -28,35 +28,88 @@ std::string tensormap_mismatch(const TensorMapPlan& map, const Problem& problem)
   return "";
 }
 
+std::string functional_text(const Problem& p) {
+  return key_text(op_word(p.op), FunctionalKey{dtype_word(p.dtype), p.head_dim, p.causal});
+}
+
+const char* origin_word(Origin origin) {
+  switch (origin) {
+    case Origin::Forced: return "forced ";
+    case Origin::Tuned: return "tuned ";
+    case Origin::Default: return "default ";
+  }
+  return "";
+}
+
 }  // namespace
+
+uint32_t bucket_of(int64_t value, const std::vector<uint32_t>& bounds) {
+  for (uint32_t bound : bounds) {
+    if (value <= int64_t(bound)) return bound;
+  }
+  return bounds.back();
+}
 
 uint64_t Selector::key_of(Op op, Dtype dtype, int32_t head_dim, bool causal) {
   return (uint64_t(op) << 40) | (uint64_t(dtype) << 33) | (uint64_t(causal) << 32) | uint32_t(head_dim);
 }
 
+std::optional<uint64_t> Selector::key_of(const std::string& op_text, const FunctionalKey& key) {
+  for (Op op : {Op::Forward, Op::Backward}) {
+    for (Dtype dtype : {Dtype::FP16, Dtype::BF16, Dtype::FP32}) {
+      if (op_text == op_word(op) && key.dtype == dtype_word(dtype)) return key_of(op, dtype, key.head_dim, key.causal);
+    }
+  }
+  return std::nullopt;
+}
+
+size_t Selector::TunedKeyHash::operator()(const TunedKey& key) const {
+  uint64_t h = key.functional * 0x9E3779B97F4A7C15ull;
+  for (uint32_t part : {key.gqa, key.sq, key.sk}) h = (h ^ part) * 0x100000001B3ull;
+  return size_t(h ^ (h >> 29));
+}
+
 Selector::Selector(const Archive& archive, const std::vector<KernelPlan>& plans)
     : archive_(archive), plans_(plans) {
   for (const SelectionRecord& entry : archive.selection()) {
-    // Entries for an op or dtype this runtime does not know (a newer archive) never match.
-    for (Op op : {Op::Forward, Op::Backward}) {
-      for (Dtype dtype : {Dtype::FP16, Dtype::BF16, Dtype::FP32}) {
-        if (entry.op == op_word(op) && entry.key.dtype == dtype_word(dtype)) {
-          defaults_[key_of(op, dtype, entry.key.head_dim, entry.key.causal)] = entry.kernel;
-        }
-      }
-    }
+    if (auto key = key_of(entry.op, entry.key)) defaults_[*key] = entry.kernel;
     ops_.insert(entry.op);
     dtypes_.emplace(entry.op, entry.key.dtype);
     head_dims_.emplace(entry.op, entry.key.dtype, entry.key.head_dim);
   }
+  // The archive reader has checked each entry: its kernel exists with the entry's key, its
+  // bucket values are boundaries, and no key repeats.
+  for (const TuningEntry& entry : archive.tuning().entries) {
+    if (auto key = key_of(entry.op, entry.key)) tuned_[TunedKey{*key, entry.gqa, entry.sq, entry.sk}] = entry.kernel;
+  }
 }
 
-std::vector<uint32_t> Selector::tuned_candidates(const Problem&) const {
-  // The tuning database (a later format minor) goes here: look up the problem's bucketed
-  // (Sq, Sk, B*H) key for its functional key and return the measured-fastest kernels, best
-  // first. Each is still checked against the problem's layout before it is used, and the
-  // functional key's default stays the last resort.
-  return {};
+std::optional<uint32_t> Selector::tuned_candidate(const Problem& p, uint64_t functional,
+                                                  std::vector<std::string>* trace) const {
+  if (tuned_.empty() && !trace) return std::nullopt;  // the launch path skips the bucketing
+  const TuningRecord& tuning = archive_.tuning();
+  if (tuning.seqlen_bounds.empty() || tuning.gqa_bounds.empty()) {
+    if (trace) trace->push_back("tuning key: none (the archive has no tuning buckets)");
+    return std::nullopt;
+  }
+  const TunedKey key{functional, bucket_of(p.sizes[kHq] / p.sizes[kHkv], tuning.gqa_bounds),
+                     bucket_of(p.sizes[kSq], tuning.seqlen_bounds), bucket_of(p.sizes[kSk], tuning.seqlen_bounds)};
+  auto found = tuned_.find(key);
+  if (trace) {
+    trace->push_back("tuning key: " + functional_text(p) + " gqa" + std::to_string(key.gqa) + " sq" +
+                     std::to_string(key.sq) + " sk" + std::to_string(key.sk) +
+                     (found == tuned_.end() ? ": no tuned entry" : ": tuned entry"));
+  }
+  if (found == tuned_.end()) return std::nullopt;
+  return found->second;
+}
+
+uint32_t Selector::forced_kernel(const Problem& p) const {
+  std::optional<uint32_t> kernel = archive_.kernel_index(p.kernel);
+  if (!kernel) {
+    fail(ATTNPACK_STATUS_INVALID_ARGUMENT, "no kernel named '" + std::string(p.kernel) + "' in " + archive_.path());
+  }
+  return *kernel;
 }
 
 std::string Selector::unbuilt_reason(const Problem& p) const {
@@ -149,18 +202,36 @@ Selection Selector::select(const Problem& p, std::vector<std::string>* trace) co
     return unsupported("Hq " + std::to_string(p.sizes[kHq]) + " is not a multiple of Hkv " +
                        std::to_string(p.sizes[kHkv]));
   }
-  auto found = defaults_.find(key_of(p.op, p.dtype, p.head_dim, p.causal));
-  if (found == defaults_.end()) return unsupported(unbuilt_reason(p));
-
-  std::vector<uint32_t> candidates = tuned_candidates(p);
-  candidates.push_back(found->second);
+  // Tried in order; the last one's failure is the answer (the one a caller can act on).
+  struct Candidate {
+    uint32_t kernel;
+    Origin origin;
+  };
+  Candidate candidates[2];
+  size_t count = 0;
+  if (p.kernel) {
+    const uint32_t forced = forced_kernel(p);
+    const KernelRecord& kernel = *plans_[forced].record;
+    if (kernel.op != op_word(p.op) || kernel.key.dtype != dtype_word(p.dtype) || kernel.key.head_dim != p.head_dim ||
+        kernel.key.causal != p.causal) {
+      return unsupported("kernel " + kernel.name + " is for " + key_text(kernel.op, kernel.key) + ", the problem is " +
+                         functional_text(p));
+    }
+    candidates[count++] = {forced, Origin::Forced};
+  } else {
+    const uint64_t functional = key_of(p.op, p.dtype, p.head_dim, p.causal);
+    auto found = defaults_.find(functional);
+    if (found == defaults_.end()) return unsupported(unbuilt_reason(p));
+    if (auto tuned = tuned_candidate(p, functional, trace)) candidates[count++] = {*tuned, Origin::Tuned};
+    candidates[count++] = {found->second, Origin::Default};
+  }
   std::string mismatch;
-  for (size_t i = 0; i < candidates.size(); ++i) {
-    const KernelPlan& plan = plans_[candidates[i]];
-    const bool is_default = i + 1 == candidates.size();
-    const std::string origin = is_default ? "default " : "tuned ";
+  for (size_t i = 0; i < count; ++i) {
+    const KernelPlan& plan = plans_[candidates[i].kernel];
+    const bool is_last = i + 1 == count;
+    const std::string origin = origin_word(candidates[i].origin);
     if (!plan.defect.empty()) {
-      if (!is_default) {
+      if (!is_last) {
         note(origin + plan.record->name + ": cannot be launched (" + plan.defect + ")");
         continue;
       }
@@ -171,16 +242,18 @@ Selection Selector::select(const Problem& p, std::vector<std::string>* trace) co
     if (mismatch.empty()) {
       note(origin + plan.record->name + ": chosen");
       selection.plan = &plan;
+      selection.origin = candidates[i].origin;
       return selection;
     }
     note(origin + plan.record->name + ": rejected, " + mismatch);
   }
-  return unsupported(mismatch);  // the default's: the one a caller can act on
+  return unsupported(mismatch);
 }
 
 std::vector<uint32_t> Selector::selectable_kernels() const {
   std::set<uint32_t> kernels;
   for (const auto& [key, kernel] : defaults_) kernels.insert(kernel);
+  for (const auto& [key, kernel] : tuned_) kernels.insert(kernel);
   return {kernels.begin(), kernels.end()};
 }
 

@@ -1,12 +1,15 @@
 // Kernel selection: which kernel of the archive serves a problem, or why none does.
 //
-// Today the archive's `selection` table names one default kernel per functional key
-// (op, dtype, head dim, causal). tuned_candidates() is where the tuning database plugs in:
-// bucketed Sq/Sk lookups that are tried before the default.
+// A problem naming a kernel (attnpack_problem.kernel, for `attnpack tune`) gets exactly that
+// one. Otherwise the archive's tuning entries are tried first: the problem's (op, dtype, head
+// dim, causal) plus its bucketed Hq/Hkv, Sq and Sk, bucketed by the rule of
+// python/attnpack/tune/buckets.py over the boundaries the archive carries. The `selection`
+// table's default for the functional key is the fallback.
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <tuple>
@@ -19,36 +22,66 @@
 
 namespace attnpack {
 
+// Where the chosen kernel came from.
+enum class Origin : uint8_t { Forced, Tuned, Default };
+
 struct Selection {
   const KernelPlan* plan = nullptr;  // null: unsupported
+  Origin origin = Origin::Default;
   std::string unsupported_reason;    // "head_dim 80 not built"
 };
+
+// The bucket holding `value`: the first boundary >= value, else the last boundary. The one
+// implementation of python/attnpack/tune/buckets.py's rule; `bounds` ascending, not empty.
+uint32_t bucket_of(int64_t value, const std::vector<uint32_t>& bounds);
 
 class Selector {
  public:
   Selector(const Archive& archive, const std::vector<KernelPlan>& plans);
 
   // Never returns a defective plan: a chosen kernel this runtime cannot launch throws
-  // BAD_LAUNCH_SPEC. Problems not served come back with unsupported_reason set. `trace`
-  // (explain only; null on the launch path) receives each candidate and its verdict.
+  // BAD_LAUNCH_SPEC; a forced kernel name the archive lacks throws INVALID_ARGUMENT. Problems
+  // not served come back with unsupported_reason set. `trace` (explain only; null on the
+  // launch path) receives the tuning key, each candidate and its verdict.
   Selection select(const Problem& problem, std::vector<std::string>* trace = nullptr) const;
 
   // Why this kernel cannot take this problem ("" when it can): its tensors' layout and
   // alignment, every divisibility promise it was compiled with, and the grid limits.
   static std::string layout_mismatch(const KernelPlan& plan, const Problem& problem);
 
-  // Kernels of every selection entry (preload of the whole table).
+  // Kernels of every selection and tuning entry (preload of the whole table).
   std::vector<uint32_t> selectable_kernels() const;
 
  private:
   // (op, dtype, head_dim, causal) packed in one integer: the lookup runs on every launch.
   static uint64_t key_of(Op op, Dtype dtype, int32_t head_dim, bool causal);
+  // key_of for an archive record; none for an op or dtype this runtime does not know (a newer
+  // archive's), which then never matches.
+  static std::optional<uint64_t> key_of(const std::string& op, const FunctionalKey& key);
+
+  // A functional key plus bucket values: one tuning entry's key.
+  struct TunedKey {
+    uint64_t functional = 0;
+    uint32_t gqa = 0, sq = 0, sk = 0;
+    bool operator==(const TunedKey& other) const {
+      return functional == other.functional && gqa == other.gqa && sq == other.sq && sk == other.sk;
+    }
+  };
+  struct TunedKeyHash {
+    size_t operator()(const TunedKey& key) const;
+  };
+
   std::string unbuilt_reason(const Problem& problem) const;
-  std::vector<uint32_t> tuned_candidates(const Problem& problem) const;
+  // The tuning entry's kernel for this problem, if the archive has one.
+  std::optional<uint32_t> tuned_candidate(const Problem& problem, uint64_t functional,
+                                          std::vector<std::string>* trace) const;
+  // The kernel attnpack_problem.kernel names; throws INVALID_ARGUMENT if the archive lacks it.
+  uint32_t forced_kernel(const Problem& problem) const;
 
   const Archive& archive_;
   const std::vector<KernelPlan>& plans_;
   std::unordered_map<uint64_t, uint32_t> defaults_;  // key -> kernel
+  std::unordered_map<TunedKey, uint32_t, TunedKeyHash> tuned_;  // tuning entries -> kernel
   // What is built, for the reason a problem is not served.
   std::set<std::string> ops_;
   std::set<std::pair<std::string, std::string>> dtypes_;               // (op, dtype)

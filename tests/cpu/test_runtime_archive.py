@@ -16,10 +16,10 @@ import pytest
 
 from attnpack import runtime as rt
 from attnpack.archive import read_archive
-from attnpack.archive.format import PREAMBLE, pack, unpack
-from test_runtime_fixtures import (expect_error, flipped, patched, synthetic_archive,  # noqa: F401
-                                   toy_archives, triton_fwd_archive, write_synthetic,
-                                   attention_kernels)
+from attnpack.archive.format import PREAMBLE
+from test_runtime_fixtures import (expect_error, flipped, patched, rehashed,  # noqa: F401
+                                   synthetic_archive, toy_archives, triton_fwd_archive,
+                                   write_synthetic, attention_kernels)
 
 S = rt.Status
 
@@ -136,30 +136,6 @@ def test_a_corrupt_image_is_caught_at_its_first_load_not_at_open(toy_archives, t
             assert expect_error(S.ARCHIVE_CORRUPT, bundle.verify_images) == message
             assert expect_error(S.ARCHIVE_CORRUPT, bundle.kernel_image, fwd["name"]) == message
             assert bundle.stats()["modules_loaded"] == 0  # nothing reached the driver
-
-
-def rehashed(src: Path, dst: Path, edit_meta=None, edit_index=None) -> Path:
-    """A copy whose meta/index were edited and every hash recomputed, as a buggy writer would.
-
-    Edits must keep each map's packed size, so every offset stays valid.
-    """
-    data = src.read_bytes()
-    magic, major, minor, meta_size, _ = PREAMBLE.unpack_from(data)
-    meta_end = PREAMBLE.size + meta_size
-    meta = unpack(data[PREAMBLE.size:meta_end])
-    start, size = meta["index_offset"], meta["index_size"]
-    index = unpack(data[start:start + size])
-    if edit_index:
-        edit_index(index)
-    index_bytes = pack(index)
-    meta["index_sha256"] = hashlib.sha256(index_bytes).digest()
-    if edit_meta:
-        edit_meta(meta)
-    meta_bytes = pack(meta)
-    assert (len(meta_bytes), len(index_bytes)) == (meta_size, size), "edits must keep sizes"
-    preamble = PREAMBLE.pack(magic, major, minor, meta_size, hashlib.sha256(meta_bytes).digest())
-    dst.write_bytes(preamble + meta_bytes + data[meta_end:start] + index_bytes + data[start + size:])
-    return dst
 
 
 def test_an_image_whose_bytes_disagree_with_its_index_record(toy_archives, tmp_path):

@@ -12,7 +12,9 @@ AddressSanitizer run uses it, so that no compiler runs under the sanitizer).
 """
 from __future__ import annotations
 
+import hashlib
 import os
+import random
 from pathlib import Path
 
 import pytest
@@ -92,7 +94,7 @@ def attention_kernels(dtypes=("fp16", "bf16"), head_dims=(64, 128), image=0) -> 
 
 
 def write_synthetic(path: Path, kernels: list[dict], *, arch="sm_90", images=None,
-                    selection=None) -> Path:
+                    selection=None, tuning=None) -> Path:
     """An archive through the real writer, with stand-in images; every kernel is selected."""
     from attnpack.archive import Image, write_archive
     kind = "cubin" if arch.startswith("sm_") else "hsaco"
@@ -102,7 +104,32 @@ def write_synthetic(path: Path, kernels: list[dict], *, arch="sm_90", images=Non
         selection = [{"op": k["op"], **k["key"], "kernel": k["name"]} for k in kernels]
     return write_archive(path, arch=arch, bundle_version="0.1.0", compilers={"triton": "3.6.0"},
                          images=images, kernels=kernels, selection=selection,
-                         families={"synth": {"provenance": {"license": "MIT"}}})
+                         families={"synth": {"provenance": {"license": "MIT"}}}, tuning=tuning)
+
+
+def rehashed(src: Path, dst: Path, edit_meta=None, edit_index=None) -> Path:
+    """A copy whose meta/index were edited and every hash recomputed, as a buggy writer would.
+
+    Edits must keep each map's packed size, so every offset stays valid.
+    """
+    from attnpack.archive.format import PREAMBLE, pack, unpack
+    data = src.read_bytes()
+    magic, major, minor, meta_size, _ = PREAMBLE.unpack_from(data)
+    meta_end = PREAMBLE.size + meta_size
+    meta = unpack(data[PREAMBLE.size:meta_end])
+    start, size = meta["index_offset"], meta["index_size"]
+    index = unpack(data[start:start + size])
+    if edit_index:
+        edit_index(index)
+    index_bytes = pack(index)
+    meta["index_sha256"] = hashlib.sha256(index_bytes).digest()
+    if edit_meta:
+        edit_meta(meta)
+    meta_bytes = pack(meta)
+    assert (len(meta_bytes), len(index_bytes)) == (meta_size, size), "edits must keep sizes"
+    preamble = PREAMBLE.pack(magic, major, minor, meta_size, hashlib.sha256(meta_bytes).digest())
+    dst.write_bytes(preamble + meta_bytes + data[meta_end:start] + index_bytes + data[start + size:])
+    return dst
 
 
 def patched(src: Path, dst: Path, offset: int, data: bytes) -> Path:
@@ -135,6 +162,47 @@ def build_toy(root: Path) -> dict[str, Path]:
     return {p.name.split("-")[-1][:-4]: p for p in build_archives(req)}
 
 
+TOY_FWD = ("BLOCK16_warps1", "BLOCK32_warps2")  # the toy family's forward configs on sm_90
+
+
+def toy_tuning_db(seed: int = 7):
+    """A tuning database for the toy family on sm_90: about two thirds of every bucketed key
+    (op, causal, gqa class, Sq and Sk bucket) get an entry, forward entries alternating between
+    the two forward configs; the other keys are left to the defaults."""
+    from attnpack.tune.buckets import GQA_BOUNDS, SEQLEN_BOUNDS
+    from attnpack.tune.db import TuningDb
+    rng = random.Random(seed)
+    db = TuningDb("sm_90", {"gpu": "none (test fixture)", "status": "untuned"})
+    fwd_count = 0
+    for op in ("fwd", "bwd"):
+        for causal in (False, True):
+            for gqa in GQA_BOUNDS:
+                for sq in SEQLEN_BOUNDS:
+                    for sk in SEQLEN_BOUNDS:
+                        if rng.random() < 1 / 3:
+                            continue
+                        config = TOY_FWD[fwd_count % 2] if op == "fwd" else "BLOCK16_warps1"
+                        fwd_count += op == "fwd"
+                        tag = f"fp16-d32-{'causal' if causal else 'full'}"
+                        db.put({"op": op, "dtype": "fp16", "head_dim": 32, "causal": causal,
+                                "gqa": gqa, "sq": sq, "sk": sk, "family": "toy",
+                                "kernel": f"toy/{op}/{tag}/{config}", "time_us": 1.0 + sq / 1000})
+    return db
+
+
+def build_toy_tuned(root: Path) -> tuple[Path, Path]:
+    """(sm_90 toy archive built with toy_tuning_db, the database's text file): the database
+    goes text -> builder -> the archive's msgpack index, as `attnpack build` does it."""
+    from attnpack.build import BuildRequest, build_archives
+    from attnpack.tune.db import save_db
+    (root / "tuning_db").mkdir(parents=True, exist_ok=True)
+    db_path = root / "tuning_db" / "sm_90.jsonl"
+    save_db(toy_tuning_db(), db_path)
+    req = BuildRequest(archs=("sm_90",), out_dir=root / "toy_tuned", kernels_root=FIXTURE_KERNELS,
+                       cache_dir=root / "cache", jobs=2, tuning_db_dir=root / "tuning_db")
+    return build_archives(req)[0], db_path
+
+
 def build_triton_fwd(root: Path) -> Path:
     """The Triton family's forward, fp16, head dim 64, causal and full, for sm_90."""
     from attnpack.build import BuildRequest, build_archives
@@ -146,6 +214,7 @@ def build_triton_fwd(root: Path) -> Path:
 def prebuild(root: str) -> None:
     """Compiles every archive the tests need into `root`, for $ATTNPACK_TEST_ARCHIVE_DIR."""
     build_toy(Path(root))
+    build_toy_tuned(Path(root))
     build_triton_fwd(Path(root))
 
 
@@ -161,6 +230,15 @@ def toy_archives(tmp_path_factory) -> dict[str, Path]:
     if ready:
         return {p.name.split("-")[-1][:-4]: p for p in ready}
     return build_toy(tmp_path_factory.mktemp("runtime_toy"))
+
+
+@pytest.fixture(scope="session")
+def toy_tuned_archive(tmp_path_factory) -> tuple[Path, Path]:
+    """(sm_90 toy archive with a many-entry tuning database, that database's text file)."""
+    ready = _prebuilt("toy_tuned")
+    if ready:
+        return ready[0], Path(os.environ["ATTNPACK_TEST_ARCHIVE_DIR"]) / "tuning_db" / "sm_90.jsonl"
+    return build_toy_tuned(tmp_path_factory.mktemp("runtime_toy_tuned"))
 
 
 @pytest.fixture(scope="session")

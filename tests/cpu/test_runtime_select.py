@@ -12,9 +12,10 @@ S = rt.Status
 BASE = dict(B=2, Hq=8, Hkv=8, Sq=128, Sk=128, D=64)
 
 
-def problem(op="fwd", dtype="fp16", causal=False, strides=None, pointers=None, **sizes):
+def problem(op="fwd", dtype="fp16", causal=False, strides=None, pointers=None, kernel=None,
+            **sizes):
     return rt.make_problem(op, dtype, causal=causal, strides=strides, pointers=pointers,
-                           **{**BASE, **sizes})
+                           kernel=kernel, **{**BASE, **sizes})
 
 
 def bshd(H, S, D):
@@ -96,7 +97,7 @@ def test_invalid_problems_are_invalid_arguments_not_unsupported(synthetic_archiv
         short.struct_size = 16
         assert expect_error(S.INVALID_ARGUMENT, bundle.select, short) == (
             f"attnpack_problem.struct_size is 16; version 1 of the struct has "
-            f"{ctypes.sizeof(rt.Problem)} bytes — set struct_size = sizeof(attnpack_problem)")
+            f"{rt.Problem.kernel.offset} bytes — set struct_size = sizeof(attnpack_problem)")
         null = ctypes.cast(None, ctypes.POINTER(rt.Problem))
         assert bundle._lib.attnpack_select(bundle.handle, null, None) == S.INVALID_ARGUMENT
         assert rt.library().attnpack_last_error().decode() == "problem is NULL"
@@ -116,6 +117,19 @@ def test_a_larger_struct_from_a_newer_caller_is_accepted(synthetic_archive):
         assert kernel_info.name.decode() == "synth/fwd/fp16-d64-full/M128"  # lives until close
 
 
+def test_an_older_callers_struct_has_no_kernel_field(synthetic_archive):
+    # A version-1 caller's struct ends before `kernel`: whatever lies past its struct_size
+    # (here a name the archive lacks) is not read, so the selection is the usual one.
+    old = problem(kernel="synth/no/such/kernel")
+    old.struct_size = rt.Problem.kernel.offset
+    assert ctypes.sizeof(rt.Problem) == rt.Problem.kernel.offset + 8
+    with rt.Bundle(synthetic_archive, arch="sm_90") as bundle:
+        assert bundle.select(old).name == "synth/fwd/fp16-d64-full/M128"
+        old.struct_size = ctypes.sizeof(rt.Problem)
+        assert expect_error(S.INVALID_ARGUMENT, bundle.select, old) == \
+            f"no kernel named 'synth/no/such/kernel' in {synthetic_archive}"
+
+
 def test_explain_tells_the_decision(synthetic_archive):
     with rt.Bundle(synthetic_archive, arch="sm_90") as bundle:
         text = bundle.explain(problem("bwd", "bf16", True, B=3, Hq=32, Hkv=8, Sq=1000, Sk=1000,
@@ -123,8 +137,10 @@ def test_explain_tells_the_decision(synthetic_archive):
         assert text == (
             "problem: bwd bf16 B=3 Hq=32 Hkv=8 Sq=1000 Sk=1000 D=128 causal\n"
             f"archive: {synthetic_archive} (sm_90, bundle 0.1.0, format 1.0, triton=3.6.0)\n"
+            "  tuning key: none (the archive has no tuning buckets)\n"
             "  default synth/bwd/bf16-d128-causal/M128: chosen\n"
             "kernel: synth/bwd/bf16-d128-causal/M128 (family synth, tile=M128)\n"
+            "served by: default\n"
             "  step bwd_preprocess: sym0 grid [ceil(Sq/128), B*Hq, 1] = [8,96,1] block [128,1,1] "
             "cluster [1,1,1] shared 0 B, 13 params (96 B)\n"
             "  step bwd: sym0 grid [ceil(Sk/64), B*Hkv, 1] = [16,24,1] block [128,1,1] "
@@ -147,3 +163,104 @@ def test_workspace_size(synthetic_archive, toy_archives):
             "head_dim 80 not built"
     with rt.Bundle(toy_archives["sm_90"], arch="sm_90") as bundle:
         assert bundle.workspace_size(problem("bwd", B=2, Hq=4, Hkv=4, Sq=100, Sk=100, D=32)) == 3200
+
+
+# ---- a forced kernel (attnpack_problem.kernel, for `attnpack tune`) --------------------------
+
+TOY_FWD16 = "toy/fwd/fp16-d32-full/BLOCK16_warps1"   # the default
+TOY_FWD32 = "toy/fwd/fp16-d32-full/BLOCK32_warps2"   # only ever forced in this archive
+
+
+def toy_problem(op="fwd", kernel=None, **sizes):
+    pointers = {"q": 0x10000, "o": 0x20000, "do": 0x30000, "dq": 0x40000}
+    return rt.make_problem(op, "fp16", kernel=kernel, pointers=pointers,
+                           **{**dict(B=2, Hq=4, Hkv=4, Sq=100, Sk=100, D=32), **sizes})
+
+
+def test_a_forced_kernel_is_used_exactly(toy_archives):
+    with rt.Bundle(toy_archives["sm_90"], recording=True) as bundle:
+        assert bundle.select(toy_problem()).name == TOY_FWD16
+        assert bundle.select(toy_problem(kernel=TOY_FWD32)).name == TOY_FWD32
+        bundle.forward(toy_problem(kernel=TOY_FWD32))
+        bundle.forward(toy_problem())
+        forced, default = bundle.recorded_launches()["launches"]
+        assert (forced["grid"], forced["block"]) == ([4, 8, 1], [64, 1, 1])    # ceil(100/32)
+        assert (default["grid"], default["block"]) == ([7, 8, 1], [32, 1, 1])  # ceil(100/16)
+        assert bundle.stats()["calls"] == {TOY_FWD16: 1, TOY_FWD32: 1}
+        text = bundle.explain(toy_problem(kernel=TOY_FWD32))
+        assert f"  forced {TOY_FWD32}: chosen\n" in text
+        assert "served by: forced name (attnpack_problem.kernel)\n" in text
+        assert "tuning key" not in text  # a forced name skips the lookup
+        bwd = "toy/bwd/fp16-d32-causal/BLOCK16_warps1"
+        assert bundle.workspace_size(toy_problem("bwd", kernel=bwd, causal=True)) == 3200
+
+
+def test_a_forced_kernel_the_archive_lacks_is_an_invalid_argument(toy_archives):
+    path = toy_archives["sm_90"]
+    with rt.Bundle(path, recording=True) as bundle:
+        for call in (bundle.select, bundle.explain, bundle.workspace_size, bundle.forward):
+            assert expect_error(S.INVALID_ARGUMENT, call, toy_problem(kernel="toy/fwd/nope")) == \
+                f"no kernel named 'toy/fwd/nope' in {path}"
+        assert expect_error(S.INVALID_ARGUMENT, bundle.backward, toy_problem(
+            "bwd", kernel=TOY_FWD16[:-1])) == f"no kernel named '{TOY_FWD16[:-1]}' in {path}"
+        assert bundle.recorded_launches()["launches"] == []
+
+
+def test_a_forced_kernel_for_another_key_or_layout_is_unsupported(synthetic_archive):
+    with rt.Bundle(synthetic_archive, recording=True) as bundle:
+        other = "synth/bwd/bf16-d128-causal/M128"
+        assert expect_error(S.UNSUPPORTED, bundle.select, problem(kernel=other)) == (
+            f"kernel {other} is for bwd bf16 d128 causal, the problem is fwd fp16 d64 full")
+        fwd_causal = "synth/fwd/fp16-d64-causal/M128"
+        assert expect_error(S.UNSUPPORTED, bundle.select, problem(kernel=fwd_causal)) == (
+            f"kernel {fwd_causal} is for fwd fp16 d64 causal, the problem is fwd fp16 d64 full")
+        assert expect_error(S.UNSUPPORTED, bundle.select, problem(
+            "bwd", D=128, kernel="synth/fwd/fp16-d128-full/M128")) == (
+            "kernel synth/fwd/fp16-d128-full/M128 is for fwd fp16 d128 full, the problem is bwd "
+            "fp16 d128 full")
+        # its layout checks still apply
+        fwd = "synth/fwd/fp16-d64-full/M128"
+        assert expect_error(S.UNSUPPORTED, bundle.select, problem(
+            kernel=fwd, pointers={"q": 0x10008})) == "q is not 16-byte aligned"
+        assert expect_error(S.UNSUPPORTED, bundle.forward, problem(
+            kernel=fwd, strides={"q": (128 * 128, 128 * 128, 128, 2)})) == \
+            "q last-dim stride is 2, must be 1"
+        # and so do the problem's own checks
+        assert expect_error(S.UNSUPPORTED, bundle.select, problem(kernel=fwd, Sq=0)) == \
+            "Sq=0: empty problems are not launched"
+        assert bundle.explain(problem(kernel=other)).endswith(
+            f"not served: kernel {other} is for bwd bf16 d128 causal, the problem is fwd fp16 "
+            "d64 full\n")
+        assert bundle.stats()["unsupported"] == {"q last-dim stride is 2, must be 1": 1}
+
+
+def test_the_torch_helpers_pass_the_kernel_name(toy_archives, monkeypatch):
+    """runtime.forward/backward as `attnpack tune` calls them, on CPU tensors (recording)."""
+    torch = pytest.importorskip("torch")
+    monkeypatch.setattr(rt, "_stream", lambda t: 0)  # CPU tensors have no CUDA stream
+
+    def aligned_workspace(bundle, problem, device):  # as CUDA allocations are; CPU ones not
+        size = bundle.workspace_size(problem)
+        raw = torch.empty(size + 256, dtype=torch.uint8)
+        return raw[-raw.data_ptr() % 256:][:size] if size else None
+    monkeypatch.setattr(rt, "_workspace", aligned_workspace)
+    B, H, S, D = 1, 2, 50, 32
+    q, k, v, do = (torch.zeros(B, H, S, D, dtype=torch.float16) for _ in range(4))
+    o = torch.empty_like(q)
+    lse = torch.empty(B, H, S, dtype=torch.float32)
+    with rt.Bundle(toy_archives["sm_90"], recording=True) as bundle:
+        rt.forward(bundle, q, k, v, causal=False, scale=0.5, out=o, lse=lse, kernel=TOY_FWD32)
+        [launch] = bundle.recorded_launches()["launches"]
+        assert (launch["grid"], launch["block"]) == ([2, 2, 1], [64, 1, 1])
+        bwd = "toy/bwd/fp16-d32-causal/BLOCK16_warps1"
+        dq, dk, dv = rt.backward(bundle, do, q, k, v, o, lse, causal=True, scale=0.5,
+                                 kernel=bwd)
+        assert dq.shape == q.shape and dk.shape == k.shape
+        assert [x["symbol"] for x in bundle.recorded_launches()["launches"]] == [
+            "row_sums", "scale_rows"]
+        assert bundle.stats()["calls"] == {TOY_FWD32: 1, bwd: 1}
+        with pytest.raises(rt.Unsupported, match=f"kernel {bwd} is for bwd fp16 d32 causal, "
+                                                 "the problem is bwd fp16 d32 full"):
+            rt.backward(bundle, do, q, k, v, o, lse, causal=False, kernel=bwd)
+        prob = rt.problem_from_tensors("fwd", q, k, v, o, lse, kernel=TOY_FWD32)
+        assert bundle.select(prob).name == TOY_FWD32

@@ -125,3 +125,15 @@ def test_db_naming_a_missing_kernel_fails_the_build(tmp_path):
         build(tmp_path / "out", FIXTURES / "kernels", None, archs=("sm_90",),
               tuning_db_dir=tmp_path)
     assert not (tmp_path / "out").exists()
+
+
+def test_seed_untuned_uses_the_family_defaults():
+    from attnpack.family import load_families
+    from attnpack.tune.db import seed_untuned
+    from attnpack.tune.runner import TuneKey
+    keys = [TuneKey("fwd", "fp16", 32, True, 4, 1024, 1024), TuneKey("bwd", "fp16", 32, False, 1, 128, 128),
+            TuneKey("fwd", "bf16", 32, False, 1, 128, 128)]  # the toy family has no bf16
+    db = seed_untuned("gfx950", keys, load_families(FIXTURES / "kernels"))
+    assert db.provenance["status"] == "untuned"
+    assert [e["kernel"] for _, e in sorted(db.entries.items())] == [
+        "toy/bwd/fp16-d32-full/BLOCK16_warps1", "toy/fwd/fp16-d32-causal/BLOCK16_warps1"]

@@ -149,3 +149,23 @@ def render_show(db: TuningDb) -> str:
         out.append(f"{op:4} {dtype:5} {hd:>4} {str(causal):6} {gqa:>3} {sq:>6} {sk:>6} "
                    f"{e['family']:8} {t:>9} {tf:>8} {nat:>14} {ratio:>9}  {e['kernel']}")
     return "\n".join(out) + "\n"
+
+
+def seed_untuned(arch: str, keys, families: dict) -> TuningDb:
+    """A database for a GPU nobody has measured: each key gets the kernel its family documents
+    as the default for that functional key (families in name order; the first that declares
+    the key wins), and the provenance says `untuned`. `attnpack tune` on the real GPU replaces
+    it entry by entry."""
+    from attnpack.family import FunctionalKey
+    db = TuningDb(arch, {"status": "untuned", "gpu": "none (not measured)",
+                         "note": "per-functional family defaults; re-run attnpack tune on the GPU"})
+    for key in keys:
+        fk = FunctionalKey(key.dtype, key.head_dim, key.causal)
+        for name, fam in sorted(families.items()):
+            if arch in fam.archs and key.op in fam.ops and fk in fam.keys():
+                variant = fam.variant(arch, key.op, fk, fam.default_config(arch, key.op, fk))
+                db.put({"op": key.op, "dtype": key.dtype, "head_dim": key.head_dim,
+                        "causal": key.causal, "gqa": key.gqa, "sq": key.sq, "sk": key.sk,
+                        "family": name, "kernel": variant.name})
+                break
+    return db

@@ -147,6 +147,11 @@ typedef struct attnpack_problem {
   attnpack_tensor q, k, v, o;
   void* lse;
   attnpack_tensor dout, dq, dk, dv; /* backward only */
+  /* Version 2. NULL: select as usual (tuned entry, else the functional key's default).
+   * A kernel name ("toy/fwd/fp16-d32-full/BLOCK32_warps2"): use exactly that kernel, for
+   * `attnpack tune`. A name the archive lacks is ATTNPACK_STATUS_INVALID_ARGUMENT; a kernel
+   * for another op or functional key, or whose layout checks fail, is UNSUPPORTED. */
+  const char* kernel;
 } attnpack_problem;
 
 typedef struct attnpack_kernel_info {
@@ -156,14 +161,17 @@ typedef struct attnpack_kernel_info {
   const char* family; /* "triton" */
 } attnpack_kernel_info;
 
-/* Which kernel serves `problem`. ATTNPACK_STATUS_UNSUPPORTED (message: the reason) when none
- * does. Pointers in the problem may be NULL here; non-NULL ones are checked for alignment. */
+/* Which kernel serves `problem`: the one problem->kernel names, if set; else the archive's
+ * tuned entry for the problem's bucketed key (docs/ARCHIVE.md, `tuning`), else the functional
+ * key's default. ATTNPACK_STATUS_UNSUPPORTED (message: the reason) when none does. Pointers
+ * in the problem may be NULL here; non-NULL ones are checked for alignment. */
 ATTNPACK_API attnpack_status attnpack_select(attnpack_bundle* bundle,
                                              const attnpack_problem* problem,
                                              attnpack_kernel_info* kernel);
 
-/* The same decision as text for people: the key, the candidates, the chosen kernel with its
- * steps, grids and workspace, or the reason it is not served. Returns OK even when the
+/* The same decision as text for people: the bucketed tuning key, the candidates, the chosen
+ * kernel with its steps, grids and workspace and whether a tuned entry, the default or a
+ * forced name served it, or the reason it is not served. Returns OK even when the
  * problem is unsupported (the text says so); other failures return their status. */
 ATTNPACK_API attnpack_status attnpack_explain(attnpack_bundle* bundle,
                                               const attnpack_problem* problem, char* buffer,
