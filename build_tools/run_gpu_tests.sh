@@ -32,6 +32,16 @@ cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE
   -DATTNPACK_BUILD_JOBS="$(nproc)" 2>&1 | tee -a "$LOGS/build.log" | tail -3
 ( time cmake --build build-gpu ) 2>&1 | tee -a "$LOGS/build.log" | tail -8
 
+# The PyTorch extension. A CUDA torch's find_package(Torch) may insist on a CUDA toolkit it
+# likes; the second configure links libtorch_cpu and libc10 directly instead.
+TORCH_PREFIX=$($PY -c 'import torch; print(torch.utils.cmake_prefix_path)')
+EXT=(-S python/attnpack/torch/csrc -B build-gpu/torch -G Ninja -DCMAKE_BUILD_TYPE=Release
+     -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DPython3_EXECUTABLE="$(command -v $PY)"
+     -DATTNPACK_MSGPACK_INCLUDE_DIR="$MSGPACK_INCLUDE" -DATTNPACK_TORCH_COPY_TO_PACKAGE=OFF)
+{ cmake "${EXT[@]}" || cmake "${EXT[@]}" -DATTNPACK_TORCH_FIND_PACKAGE=OFF; } 2>&1 | tee -a "$LOGS/build.log" | tail -3
+cmake --build build-gpu/torch 2>&1 | tee -a "$LOGS/build.log" | tail -3
+export ATTNPACK_TORCH_LIB=$PWD/build-gpu/torch/libattnpack_torch.so
+
 export ATTNPACK_BUNDLE_DIR=$PWD/build-gpu/bundle
 export ATTNPACK_RUNTIME_LIB=$PWD/build-gpu/runtime/libattnpack.so
 $PY -m pytest tests/gpu -q -rs "$@" 2>&1 | tee "$LOGS/gpu-tests.log"

@@ -27,6 +27,11 @@ $PY -m pip install -q "triton==3.6.0" "numpy<2.4" "msgpack-cxx==7.0.0" -e ".[bui
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DPython3_EXECUTABLE="$PWD/$PY" -DATTNPACK_TARGET_ARCHS="$ARCHS"
 cmake --build "$BUILD_DIR"
+# The PyTorch extension (attnpack.torch), built against the installed torch.
+cmake -S python/attnpack/torch/csrc -B "$BUILD_DIR/torch" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  -DCMAKE_PREFIX_PATH="$($PY -c 'import torch; print(torch.utils.cmake_prefix_path)')" \
+  -DPython3_EXECUTABLE="$PWD/$PY" -DATTNPACK_TORCH_COPY_TO_PACKAGE=OFF
+cmake --build "$BUILD_DIR/torch"
 
 for apk in "$BUILD_DIR"/bundle/*.apk; do
   $PY -m attnpack.cli inspect "$apk" | head -2

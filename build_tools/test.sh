@@ -10,4 +10,5 @@ BUILD_DIR=${BUILD_DIR:-build}
 (cd "$BUILD_DIR/runtime" && ctest --output-on-failure)
 PY=$PY runtime/tests/run_cpu_tests_asan.sh
 ATTNPACK_RUNTIME_LIB=$PWD/$BUILD_DIR/runtime/libattnpack.so \
+ATTNPACK_TORCH_LIB=$PWD/$BUILD_DIR/torch/libattnpack_torch.so \
   $PY -m pytest tests/cpu tests/gpu -q -rs "$@"
