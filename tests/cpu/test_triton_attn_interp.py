@@ -1,0 +1,155 @@
+"""The triton family's kernels on Triton's CPU interpreter, against a float64 reference.
+
+The interpreter only works when Triton itself was imported with TRITON_INTERPRET=1 (its own
+`tl.zeros`, `tl.sum`, ... must be interpreted too), and the builder tests in this folder need
+the compiler. So unless this process already runs under the interpreter, one test re-runs this
+file in a child pytest with TRITON_INTERPRET=1 and reports its outcome.
+
+fp16 only: the interpreter's bf16 is garbage (docs in MACHINE-NOTES); bf16 is proven on the GPU.
+"""
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+FAMILY_DIR = ROOT / "aot" / "kernels" / "triton_attn"
+
+
+def _interpreter_active() -> bool:
+    if os.environ.get("TRITON_INTERPRET") != "1":
+        return False
+    import triton.language.standard as standard
+    from triton.runtime.interpreter import InterpretedFunction
+    return isinstance(standard.zeros, InterpretedFunction)
+
+
+if not _interpreter_active():
+
+    def test_interpreter_suite_in_child_process():
+        env = {**os.environ, "TRITON_INTERPRET": "1",
+               "PYTHONPATH": os.pathsep.join([str(ROOT / "python"), os.environ.get("PYTHONPATH", "")])}
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                               "-W", "ignore::DeprecationWarning", str(Path(__file__))],
+                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+        print(proc.stdout[-6000:], proc.stderr[-3000:])
+        assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+        assert " passed" in proc.stdout and " failed" not in proc.stdout
+
+else:
+    import torch
+
+    from attnpack import jit
+    from attnpack.family import FunctionalKey, load_family
+
+    SPEC = load_family(FAMILY_DIR, interpret=True)
+    TOL = 2e-3  # max abs error / max(1, max |reference|): a few fp16 ulps
+
+    # the smallest sm_90 tiles, so short sequences still cross several tiles, the causal
+    # diagonal, the unmasked mainloop and the ragged tail; WIDE_FWD has KV tiles narrower than
+    # its Q tiles (several KV tiles per causal diagonal)
+    SMALL_FWD = {"M": 64, "N": 64, "warps": 4, "stages": 3}
+    WIDE_FWD = {"M": 128, "N": 64, "warps": 8, "stages": 3}
+    SMALL_BWD = {"kvN": 64, "kvM": 32, "kvW": 4, "kvS": 3, "qM": 64, "qN": 32, "qW": 4, "qS": 3}
+
+    def reference(q, k, v, do, causal, scale):
+        """float64 attention, with LSE and (dq, dk, dv); GQA by repeating K/V heads."""
+        q, k, v = (t.detach().double().requires_grad_() for t in (q, k, v))
+        group = q.shape[1] // k.shape[1]
+        kk, vv = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+        s = q @ kk.transpose(-1, -2) * scale
+        if causal:  # top-left aligned, as PyTorch: query i sees keys j <= i
+            keep = torch.ones(s.shape[-2:], dtype=torch.bool).tril()
+            s = s.masked_fill(~keep, float("-inf"))
+        o = torch.softmax(s, -1) @ vv
+        o.backward(do.double())
+        return o.detach(), torch.logsumexp(s, -1).detach(), q.grad, k.grad, v.grad
+
+    def make(shape, layout, seed):
+        """A [B, H, S, D] fp16 tensor stored as BHSD or BSHD."""
+        g = torch.Generator().manual_seed(seed)
+        b, h, s, d = shape
+        if layout == "bshd":
+            return torch.randn(b, s, h, d, generator=g).half().transpose(1, 2)
+        return torch.randn(b, h, s, d, generator=g).half()
+
+    def variants(arch, key, fwd_config, bwd_config):
+        if fwd_config is None:
+            defaults = {v.op: v for v in SPEC.default_variants(arch) if v.key == key}
+            return defaults["fwd"], defaults["bwd"]
+        return (SPEC.variant(arch, "fwd", key, fwd_config),
+                SPEC.variant(arch, "bwd", key, bwd_config))
+
+    def run_case(B, Hq, Hkv, Sq, Sk, D, causal, *, layout="bhsd", scale=None, arch="sm_90",
+                 fwd_config=None, bwd_config=None):
+        scale = 1.0 / math.sqrt(D) if scale is None else scale
+        q = make((B, Hq, Sq, D), layout, 1)
+        k = make((B, Hkv, Sk, D), layout, 2)
+        v = make((B, Hkv, Sk, D), layout, 3)
+        do = make((B, Hq, Sq, D), "bhsd", 4)
+        key = FunctionalKey("fp16", D, causal)
+        fwd, bwd = variants(arch, key, fwd_config, bwd_config)
+        for variant in (fwd, bwd):
+            assert SPEC.excluded(arch, variant.op, key, variant.config) is None
+
+        # poisoned outputs: an element the kernels forget to write stays NaN and fails
+        o = torch.full_like(q, float("nan"))
+        lse = torch.full((B, Hq, Sq), float("nan"))
+        jit.launch(fwd, {"q": q, "k": k, "v": v, "o": o, "lse": lse}, scale)
+        dq, dk, dv = (torch.full_like(t, float("nan")) for t in (q, k, v))
+        jit.launch(bwd, {"q": q, "k": k, "v": v, "o": o, "lse": lse, "do": do,
+                         "dq": dq, "dk": dk, "dv": dv}, scale)
+
+        want = reference(q, k, v, do, causal, scale)
+        errors = {}
+        for name, got, ref in zip(("o", "lse", "dq", "dk", "dv"), (o, lse, dq, dk, dv), want):
+            assert not torch.isnan(got).any(), f"{name} has unwritten (NaN) elements"
+            errors[name] = ((got.double() - ref).abs().max() / max(1.0, ref.abs().max())).item()
+        assert max(errors.values()) < TOL, errors
+        return errors
+
+    # (B, Hq, Hkv, Sq, Sk, D, causal, options)
+    CASES = {
+        "gqa-causal-square-multitile": (2, 4, 2, 150, 150, 64, True,
+                                        dict(fwd_config=SMALL_FWD, bwd_config=SMALL_BWD)),
+        "causal-sq-lt-sk": (1, 2, 2, 97, 160, 64, True,
+                            dict(fwd_config=SMALL_FWD, bwd_config=SMALL_BWD)),
+        "causal-sq-gt-sk": (1, 2, 1, 290, 197, 64, True,
+                            dict(fwd_config=WIDE_FWD, bwd_config=SMALL_BWD)),
+        "full-multitile-bshd-scale": (1, 2, 2, 129, 95, 64, False,
+                                      dict(fwd_config=SMALL_FWD, bwd_config=SMALL_BWD,
+                                           layout="bshd", scale=0.3)),
+        "d32-sq1": (2, 2, 2, 1, 17, 32, False, {}),
+        "d32-sk1-causal": (1, 2, 2, 17, 1, 32, True, {}),
+        "d64-both1-causal": (1, 1, 1, 1, 1, 64, True, {}),
+        "d64-odd-default": (1, 4, 2, 33, 17, 64, False, {}),
+        "d96-gqa-causal": (1, 4, 1, 65, 70, 96, True, {}),
+        "d128-bshd-causal-scale": (1, 2, 2, 33, 33, 128, True, dict(layout="bshd", scale=0.05)),
+        "d128-gfx950-default": (1, 2, 2, 100, 70, 128, True, dict(arch="gfx950")),
+        "d128-gfx942-default": (1, 4, 2, 17, 33, 128, False, dict(arch="gfx942")),
+        "d256-causal": (1, 2, 2, 40, 50, 256, True, {}),
+        "d256-gfx942-default": (1, 2, 1, 70, 45, 256, False, dict(arch="gfx942")),
+    }
+
+    @pytest.mark.parametrize("case", list(CASES))
+    def test_forward_backward_match_float64(case):
+        *shape, options = CASES[case]
+        errors = run_case(*shape, **options)
+        print(case, {k: f"{e:.1e}" for k, e in errors.items()})
+
+    def test_every_declared_variant_builds_its_launch_spec():
+        """Each variant's args are kernel parameters in order, from the ABI vocabulary."""
+        count = 0
+        for arch in SPEC.archs:
+            for variant in SPEC.all_variants(arch) + SPEC.default_variants(arch):
+                for step in variant.steps:
+                    params = [p for p in step.fn.arg_names]
+                    assert list(step.args) == params[:len(step.args)]
+                    assert set(step.constexprs) == set(params[len(step.args):])
+                count += 1
+        assert count > 100
