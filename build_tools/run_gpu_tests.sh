@@ -4,6 +4,7 @@
 # (ROCm torch). Needs python3 with torch and triton, cmake, a C++17 compiler and libzstd.
 # Offline machines: put the wheels of zstandard and msgpack-cxx in .whl/ (README, "GPU runs").
 #   usage: build_tools/run_gpu_tests.sh [pytest args...]     logs go to $OUT (default ./gpu-logs)
+#   BENCH=1 also runs the runtime and torch overhead benchmarks after the tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python3}
@@ -29,7 +30,7 @@ echo "GPU arch $ARCH; building runtime + bundle on this machine" | tee "$LOGS/bu
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | tee -a "$LOGS/build.log" || true
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE="$(command -v $PY)" \
   -DATTNPACK_TARGET_ARCHS="$ARCH" -DATTNPACK_MSGPACK_INCLUDE_DIR="$MSGPACK_INCLUDE" \
-  -DATTNPACK_BUILD_JOBS="$(nproc)" 2>&1 | tee -a "$LOGS/build.log" | tail -3
+  -DATTNPACK_BUILD_JOBS="$(nproc)" -DATTNPACK_BUILD_BENCH="${BENCH:-0}" 2>&1 | tee -a "$LOGS/build.log" | tail -3
 ( time cmake --build build-gpu ) 2>&1 | tee -a "$LOGS/build.log" | tail -8
 
 # The PyTorch extension. A CUDA torch's find_package(Torch) may insist on a CUDA toolkit it
@@ -44,4 +45,11 @@ export ATTNPACK_TORCH_LIB=$PWD/build-gpu/torch/libattnpack_torch.so
 
 export ATTNPACK_BUNDLE_DIR=$PWD/build-gpu/bundle
 export ATTNPACK_RUNTIME_LIB=$PWD/build-gpu/runtime/libattnpack.so
-$PY -m pytest tests/gpu -q -rs "$@" 2>&1 | tee "$LOGS/gpu-tests.log"
+(cd build-gpu/runtime && ctest --output-on-failure) 2>&1 | tee "$LOGS/ctest.log" | tail -3
+status=0
+$PY -m pytest tests/gpu -q -rs "$@" 2>&1 | tee "$LOGS/gpu-tests.log" || status=$?
+if [ "${BENCH:-0}" = 1 ]; then
+  for i in 1 2 3; do build-gpu/runtime/runtime_overhead --json; done 2>&1 | tee "$LOGS/runtime_overhead.json"
+  $PY bench/torch_overhead.py 2>&1 | tee "$LOGS/torch_overhead.txt"
+fi
+exit $status
