@@ -25,7 +25,7 @@ p = torch.cuda.get_device_properties(0)
 print(p.gcnArchName.split(":")[0] if torch.version.hip else f"sm_{p.major}{p.minor}")
 PY
 )
-MSGPACK_INCLUDE=$($PY -c "import msgpack_cxx, pathlib; print(pathlib.Path(msgpack_cxx.__file__).parent / 'include')")
+MSGPACK_INCLUDE=$($PY -c "import importlib.util as u, pathlib; print(pathlib.Path(u.find_spec('msgpack_cxx').origin).parent / 'include')")
 echo "GPU arch $ARCH; building runtime + bundle on this machine" | tee "$LOGS/build.log"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | tee -a "$LOGS/build.log" || true
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE="$(command -v $PY)" \
@@ -46,8 +46,14 @@ export ATTNPACK_TORCH_LIB=$PWD/build-gpu/torch/libattnpack_torch.so
 export ATTNPACK_BUNDLE_DIR=$PWD/build-gpu/bundle
 export ATTNPACK_RUNTIME_LIB=$PWD/build-gpu/runtime/libattnpack.so
 (cd build-gpu/runtime && ctest --output-on-failure) 2>&1 | tee "$LOGS/ctest.log" | tail -3
+# One pytest process per file, so a crash in one cannot hide the results of the others.
 status=0
-$PY -m pytest tests/gpu -q -rs "$@" 2>&1 | tee "$LOGS/gpu-tests.log" || status=$?
+for file in tests/gpu/test_*.py; do
+  name=$(basename "$file" .py)
+  $PY -X faulthandler -m pytest "$file" -v -rfEs --tb=short -p no:cacheprovider "$@" \
+    > "$LOGS/$name.log" 2>&1 || status=$?
+  echo "$name: $(tail -n 1 "$LOGS/$name.log")"
+done
 if [ "${BENCH:-0}" = 1 ]; then
   for i in 1 2 3; do build-gpu/runtime/runtime_overhead --json; done 2>&1 | tee "$LOGS/runtime_overhead.json"
   $PY bench/torch_overhead.py 2>&1 | tee "$LOGS/torch_overhead.txt"

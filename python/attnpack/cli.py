@@ -114,7 +114,10 @@ def inspect(archive, as_json):
 @click.argument("archives", nargs=-1, required=True,
                 type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def verify(archives, as_json):
+@click.option("--strict", is_flag=True,
+              help="Warnings fail too (register spills that do not reach memory on AMD, "
+                   "stack frames on sm_90).")
+def verify(archives, as_json, strict):
     """Check header, versions, index, hashes and every image's ELF against the target.
 
     Exits non-zero and names each defect.
@@ -126,19 +129,22 @@ def verify(archives, as_json):
     from attnpack.archive.verify import verify_archive
     report, failed = [], False
     for path in archives:
-        ar, problems = verify_archive(path)
-        failed |= bool(problems)
+        ar, problems, warnings = verify_archive(path)
+        failed |= bool(problems) or (strict and bool(warnings))
         report.append({"file": str(path), "ok": not problems, "problems": problems,
-                       "kernels": len(ar.kernels) if ar else 0,
+                       "warnings": warnings, "kernels": len(ar.kernels) if ar else 0,
                        "images": len(ar.index["images"]) if ar else 0})
     if as_json:
         click.echo(json.dumps(report, indent=1))
     else:
         for r in report:
-            if r["ok"]:
-                click.echo(f"ok  {r['file']}: {r['kernels']} kernels, {r['images']} images verified")
+            for w in r["warnings"]:
+                click.echo(f"warn {w}", err=True)
             for p in r["problems"]:
                 click.echo(f"BAD {p}", err=True)
+            if r["ok"]:
+                click.echo(f"ok  {r['file']}: {r['kernels']} kernels, {r['images']} images verified"
+                           + (f", {len(r['warnings'])} warning(s)" if r["warnings"] else ""))
     if failed:
         sys.exit(1)
 

@@ -363,7 +363,10 @@ def _stream(t) -> int:
 
 def _workspace(bundle: Bundle, problem: Problem, device):
     import torch
-    size = bundle.workspace_size(problem)
+    try:
+        size = bundle.workspace_size(problem)
+    except Unsupported:
+        return None  # the launch call itself then reports (and counts) the reason
     # torch allocations are at least 256-byte aligned, as the runtime requires.
     return torch.empty(size, dtype=torch.uint8, device=device) if size else None
 

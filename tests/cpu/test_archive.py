@@ -116,7 +116,7 @@ def test_image_for_another_arch(toy_build, tmp_path):
     # gfx950 code objects in an archive that claims gfx942: the ELF check catches it.
     path = _rewrite(toy_build.out_dir / "attnpack-0.1.0-gfx950.apk",
                     tmp_path / "attnpack-0.1.0-gfx942.apk", arch="gfx942")
-    _, problems = verify_archive(path)
+    _, problems, _ = verify_archive(path)
     assert problems and all("ELF is built for gfx950, the archive targets gfx942" in p
                             for p in problems)
 
@@ -127,7 +127,7 @@ def test_launch_spec_disagreeing_with_the_elf(sm90, tmp_path):
     kernels[0]["steps"][0]["params"].insert(0, ["q", "ptr", 16])
     kernels[0]["steps"][0]["kernarg_size"] += 8
     path = _rewrite(sm90, tmp_path / "x" / sm90.name, kernels=kernels)
-    _, problems = verify_archive(path)
+    _, problems, _ = verify_archive(path)
     assert any("disagree with the launch spec" in p for p in problems)
     assert any("ELF kernarg size" in p for p in problems)
 

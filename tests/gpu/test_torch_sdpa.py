@@ -202,11 +202,11 @@ def both(fn, backend=None):
     return mine, theirs, stats
 
 
-def assert_same(mine, theirs, exact):
+def assert_same(mine, theirs, exact, written=None):
     """Equal results (or the same error). exact=False: the first tensor (the output) bitwise,
     gradients closely (PyTorch's own backward kernels may accumulate with atomics). Integer
     outputs are RNG bookkeeping, which PyTorch leaves uninitialized without dropout: compared by
-    shape, dtype and device only."""
+    shape, dtype and device only. `written`: (Sq, Sk) of a flash debug mask (output 8)."""
     if isinstance(theirs, Exception):
         assert type(mine) is type(theirs) and str(mine) == str(theirs)
         return
@@ -219,10 +219,15 @@ def assert_same(mine, theirs, exact):
         assert (a.shape, a.dtype, a.device) == (b.shape, b.dtype, b.device), i
         if not (a.is_floating_point() or a.dtype == torch.bool):
             continue
+        if i == 8 and written is not None:
+            # the flash op's debug mask is allocated with Sq/Sk rounded up to its block size and
+            # only the [Sq, Sk] corner is written; the rest is whatever the allocator held
+            a, b = a[:, :, :written[0], :written[1]], b[:, :, :written[0], :written[1]]
         if exact or i == 0:
-            assert torch.equal(a, b), i
+            # bitwise, NaN included: scale=0 makes PyTorch's own answer NaN, and ours must be too
+            torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True, msg=f"output {i}")
         else:
-            torch.testing.assert_close(a, b)
+            torch.testing.assert_close(a, b, equal_nan=True)
 
 
 def _bf16(b, hq, hkv, sq, sk, d, dtype=torch.bfloat16, grad=True):
@@ -255,7 +260,7 @@ def test_fallback(reason):
     mine, theirs, stats = both(fn, backend)
     assert reason in stats["fallbacks"], stats
     assert stats["calls"] == {}, stats  # nothing of the call ran on the bundle
-    assert_same(mine, theirs, exact)
+    assert_same(mine, theirs, exact, written=(64, 64) if reason == "return_debug_mask" else None)
 
 
 def test_no_bundle_for_this_gpu_warns_once_and_falls_back(tmp_path):

@@ -14,6 +14,7 @@ AMDGPU_MACH = {"gfx942": 0x04C, "gfx950": 0x04F}
 NT_AMDGPU_METADATA = 32
 # .nv.info attribute ids (CUDA's EIATTR_*).
 EIATTR_REGCOUNT = 0x2F
+EIATTR_FRAME_SIZE = 0x11     # per-thread stack frame: nonzero means register spills or locals
 EIATTR_KPARAM_INFO = 0x17
 EIATTR_CBANK_PARAM_SIZE = 0x19
 
@@ -51,51 +52,59 @@ def _cstr(data: bytes, at: int) -> str:
     return data[at:data.index(b"\0", at)].decode()
 
 
-def _symbols(data: bytes, sections) -> set[str]:
-    out = set()
+def _symbol_table(data: bytes, sections) -> dict[int, str]:
+    """Symbol index -> name, from the ELF symbol table."""
+    out = {}
     for _name, typ, offset, size, link in sections:
         if typ != 2:  # SHT_SYMTAB
             continue
         str_off = sections[link][2]
-        for at in range(offset, offset + size, 24):
+        for i, at in enumerate(range(offset, offset + size, 24)):
             st_name = struct.unpack_from("<I", data, at)[0]
             if st_name:
-                out.add(_cstr(data, str_off + st_name))
+                out[i] = _cstr(data, str_off + st_name)
     return out
 
 
-def _cuda_facts(data: bytes, flags: int, symbol: str) -> KernelFacts:
-    sections = _sections(data)
-    facts = KernelFacts("cuda", f"sm_{flags & 0xFF}", _symbols(data, sections))
-    info = next((s for s in sections if s[0] == f".nv.info.{symbol}"), None)
-    if info is None:
-        raise ElfError(f"no .nv.info.{symbol} section (is '{symbol}' the entry point?)")
-    params = {}
-    at, end = info[2], info[2] + info[3]
+def _nv_attributes(data: bytes, section):
+    """(attribute id, payload) pairs of one .nv.info section."""
+    at, end = section[2], section[2] + section[3]
     while at < end:
         fmt, attr = data[at], data[at + 1]
         if fmt == 4:       # EIFMT_SVAL: u16 length, payload
             length = struct.unpack_from("<H", data, at + 2)[0]
-            payload, at = data[at + 4:at + 4 + length], at + 4 + length
+            yield attr, data[at + 4:at + 4 + length]
+            at += 4 + length
         elif fmt == 3:     # EIFMT_HVAL: u16 value
-            payload, at = data[at + 2:at + 4], at + 4
-        else:              # EIFMT_NVAL / BVAL
-            payload, at = data[at + 2:at + 2], at + 2 if fmt == 1 else at + 4
+            yield attr, data[at + 2:at + 4]
+            at += 4
+        else:              # EIFMT_NVAL (no value) / EIFMT_BVAL (one byte, padded)
+            yield attr, b""
+            at += 2 if fmt == 1 else 4
+
+
+def _cuda_facts(data: bytes, flags: int, symbol: str) -> KernelFacts:
+    sections = _sections(data)
+    symbols = _symbol_table(data, sections)
+    facts = KernelFacts("cuda", f"sm_{flags & 0xFF}", set(symbols.values()))
+    info = next((s for s in sections if s[0] == f".nv.info.{symbol}"), None)
+    if info is None:
+        raise ElfError(f"no .nv.info.{symbol} section (is '{symbol}' the entry point?)")
+    params = {}
+    for attr, payload in _nv_attributes(data, info):
         if attr == EIATTR_KPARAM_INFO:
             _, ordinal, offset, flag_word = struct.unpack_from("<IHHI", payload)
             params[ordinal] = (offset, (flag_word >> 18) & 0x3FFF)
         elif attr == EIATTR_CBANK_PARAM_SIZE:
             facts.kernarg_size = struct.unpack_from("<H", payload)[0]
     facts.params = [params[i] for i in sorted(params)]
-    for s in sections:
-        if s[0] == ".nv.info":  # module-wide attributes: per-function register counts
-            at, end = s[2], s[2] + s[3]
-            while at < end:
-                fmt, attr = data[at], data[at + 1]
-                length = struct.unpack_from("<H", data, at + 2)[0] if fmt == 4 else 2
-                if attr == EIATTR_REGCOUNT:
-                    facts.resources["registers"] = struct.unpack_from("<I", data, at + 8)[0]
-                at += 4 + length if fmt == 4 else 4
+    module_info = next((s for s in sections if s[0] == ".nv.info"), None)
+    for attr, payload in (_nv_attributes(data, module_info) if module_info else ()):
+        # module-wide attributes are (symbol index, value) pairs
+        if attr in (EIATTR_REGCOUNT, EIATTR_FRAME_SIZE) and len(payload) == 8:
+            index, value = struct.unpack_from("<II", payload)
+            if symbols.get(index) == symbol:
+                facts.resources["registers" if attr == EIATTR_REGCOUNT else "stack_bytes"] = value
     local = next((s for s in sections if s[0] == f".nv.local.{symbol}"), None)
     facts.resources["local_bytes"] = local[3] if local else 0
     return facts
@@ -105,7 +114,7 @@ def _amdgpu_facts(data: bytes, flags: int, symbol: str) -> KernelFacts:
     sections = _sections(data)
     mach = flags & 0xFF
     arch = next((a for a, m in AMDGPU_MACH.items() if m == mach), f"gfx-unknown-0x{mach:x}")
-    facts = KernelFacts("amdgpu", arch, _symbols(data, sections))
+    facts = KernelFacts("amdgpu", arch, set(_symbol_table(data, sections).values()))
     note = next((s for s in sections if s[1] == 7), None)  # SHT_NOTE
     if note is None:
         raise ElfError("no note section with AMDGPU code object metadata")

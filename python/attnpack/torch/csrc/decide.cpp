@@ -108,29 +108,48 @@ std::string json_string(const std::string& text) {
   return out + "\"";
 }
 
+namespace {
+std::string number(double value) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%g", value);
+  return text;
+}
+
+std::string sizes_text(const at::Tensor& t) {
+  std::string text = "[";
+  if (t.defined()) {
+    for (int64_t d = 0; d < t.dim(); ++d) text += (d ? ", " : "") + std::to_string(t.size(d));
+  }
+  return text + "]";
+}
+}  // namespace
+
+// Plain string building, no iostreams: with an ostringstream here, ATTNPACK_LOG lines and explain
+// segfaulted on the H200 machine (torch 2.11, g++ 13); the backtrace ended in
+// ostream::_M_insert<long> called from this function.
 std::string describe(const Call& call) {
-  std::ostringstream out;
-  out << entry_word(call.entry);
+  std::string out = entry_word(call.entry);
   const at::Tensor& q = *call.query;
   const at::Tensor& k = *call.key;
   if (q.defined() && k.defined() && q.dim() == 4 && k.dim() == 4) {
-    out << " " << dtype_word(q.scalar_type()) << " B=" << q.size(0) << " Hq=" << q.size(1)
-        << " Hkv=" << k.size(1) << " Sq=" << q.size(2) << " Sk=" << k.size(2) << " D=" << q.size(3);
+    out += std::string(" ") + dtype_word(q.scalar_type()) + " B=" + std::to_string(q.size(0)) +
+           " Hq=" + std::to_string(q.size(1)) + " Hkv=" + std::to_string(k.size(1)) +
+           " Sq=" + std::to_string(q.size(2)) + " Sk=" + std::to_string(k.size(2)) +
+           " D=" + std::to_string(q.size(3));
   } else {
-    out << " q=" << (q.defined() ? q.sizes() : c10::IntArrayRef{}) << " k="
-        << (k.defined() ? k.sizes() : c10::IntArrayRef{});
+    out += " q=" + sizes_text(q) + " k=" + sizes_text(k);
   }
-  out << (call.is_causal ? " causal" : " full");
+  out += call.is_causal ? " causal" : " full";
   // F.sdpa's flash path always passes the scale; only a non-default one is worth a word.
   const bool default_scale = q.defined() && q.dim() == 4 && call.scale &&
                              std::abs(*call.scale - 1.0 / std::sqrt(double(q.size(3)))) <= 1e-9 * *call.scale;
-  if (call.scale && !default_scale) out << " scale=" << *call.scale;
-  if (call.dropout_p > 0) out << " dropout_p=" << call.dropout_p;
-  if (call.return_debug_mask) out << " return_debug_mask";
-  if (call.has_attn_bias) out << " attn_bias";
-  if (call.deterministic && is_backward(call.entry)) out << " deterministic";
-  if (q.defined() && q.is_cuda()) out << " on " << q.device();
-  return out.str();
+  if (call.scale && !default_scale) out += " scale=" + number(*call.scale);
+  if (call.dropout_p > 0) out += " dropout_p=" + number(call.dropout_p);
+  if (call.return_debug_mask) out += " return_debug_mask";
+  if (call.has_attn_bias) out += " attn_bias";
+  if (call.deterministic && is_backward(call.entry)) out += " deterministic";
+  if (q.defined() && q.is_cuda()) out += " on cuda:" + std::to_string(q.device().index());
+  return out;
 }
 
 std::string unservable_reason(const Call& call) {
