@@ -8,6 +8,7 @@ per-arch exclusions. Each (op, key, config) becomes one `Variant`: a short list 
 """
 from __future__ import annotations
 
+import hashlib
 import importlib
 import importlib.util
 import itertools
@@ -92,6 +93,9 @@ class FamilySpec:
     excluded: Callable[[str, str, FunctionalKey, Mapping[str, Any]], str | None] = lambda *a: None
     workspace: Mapping[str, tuple[Workspace, ...]] = field(default_factory=dict)
     provenance: Mapping[str, str] = field(default_factory=dict)  # license, origin
+    # When several families declare a default for one functional key, the lowest priority
+    # serves it (until a tuning database decides); equal priorities are a build error.
+    priority: int = 100
     source_dir: Path | None = None
 
     def keys(self) -> list[FunctionalKey]:
@@ -149,7 +153,10 @@ def load_family(folder: Path, interpret: bool = False) -> FamilySpec:
     with TRITON_INTERPRET=1, so they run on Triton's CPU interpreter while the compiled
     copies stay usable in the same process (the builder needs those).
     """
-    pkg_name = f"attnpack_kernels_{'interp_' if interpret else ''}{folder.name}"
+    # One package per folder path: two checkouts (or test copies) of a family never share
+    # modules, while repeated loads of one folder reuse them.
+    tag = hashlib.sha256(str(folder.resolve()).encode()).hexdigest()[:10]
+    pkg_name = f"attnpack_kernels_{'interp_' if interpret else ''}{folder.name}_{tag}"
     if pkg_name not in sys.modules:
         init = folder / "__init__.py"
         if not init.is_file():

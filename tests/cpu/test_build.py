@@ -76,9 +76,8 @@ def test_changed_source_recompiles_only_what_changed(tmp_path):
     src.write_text(src.read_text().replace("tl.sum(x.to(tl.float32), axis=1)",
                                            "tl.sum(x.to(tl.float32), axis=1) * 1.0"))
     import sys
-    sys.modules.pop("attnpack_kernels_toy", None), sys.modules.pop("attnpack_kernels_toy.family",
-                                                                   None)
-    sys.modules.pop("attnpack_kernels_toy.kernels", None)
+    for name in [m for m in sys.modules if m.startswith("attnpack_kernels_toy_")]:
+        del sys.modules[name]  # re-import the edited source
     second = build(tmp_path / "b", kernels, tmp_path / "cache", archs=("sm_90",))
     assert (second.stats.compiled, second.stats.cache_hits) == (1, 2)
 
@@ -111,3 +110,26 @@ def test_unknown_arch_and_empty_selection_are_errors(tmp_path):
         build(tmp_path, FIXTURES / "kernels", None, archs=("sm_90",), head_dims=(999,))
     with pytest.raises(BuildError, match="unknown family nope"):
         build(tmp_path, FIXTURES / "kernels", None, archs=("sm_90",), families=("nope",))
+
+
+def _second_toy(tmp_path, priority: str) -> Path:
+    """The toy family plus a copy named toy2 (same functional keys) at `priority`."""
+    root = tmp_path / "kernels"
+    shutil.copytree(FIXTURES / "kernels", root)
+    shutil.copytree(root / "toy", root / "toy2")
+    fam = root / "toy2" / "family.py"
+    fam.write_text(fam.read_text().replace('name="toy",', f'name="toy2", priority={priority},'))
+    return root
+
+
+def test_lower_priority_family_serves_a_shared_key(tmp_path):
+    req = build(tmp_path / "out", _second_toy(tmp_path, "50"), None, archs=("sm_90",))
+    ar = read_archive(req.paths[0])
+    assert {s["kernel"].split("/")[0] for s in ar.index["selection"]} == {"toy2"}
+
+
+def test_equal_priority_defaults_are_a_build_error(tmp_path):
+    with pytest.raises(BuildError, match=r"toy/fwd/fp16-d32-full/BLOCK16_warps1 and "
+                                         r"toy2/fwd/fp16-d32-full/BLOCK16_warps1 are both the "
+                                         r"default for fwd fp16-d32-full at priority 100"):
+        build(tmp_path / "out", _second_toy(tmp_path, "100"), None, archs=("sm_90",))

@@ -78,13 +78,19 @@ def plan_variants(req: BuildRequest, arch: str, families: dict[str, FamilySpec],
                          f"{', '.join(sorted(unknown))} (known: {', '.join(sorted(families))})")
     chosen = [f for n, f in sorted(families.items())
               if arch in f.archs and (not req.families or n in req.families)]
-    defaults = [v for f in chosen for v in f.default_variants(arch) if _wanted(req, v)]
-    seen: dict[tuple, str] = {}
-    for v in defaults:
-        other = seen.setdefault((v.op, v.key), v.name)
-        if other != v.name:
-            raise BuildError(f"{arch}: {other} and {v.name} are both the default for {v.op} "
-                             f"{v.key.tag}; a tuning database must choose between them")
+    best: dict[tuple, tuple[int, Variant]] = {}
+    for f in chosen:
+        for v in f.default_variants(arch):
+            if not _wanted(req, v):
+                continue
+            held = best.get((v.op, v.key))
+            if held is not None and held[0] == f.priority:
+                raise BuildError(f"{arch}: {held[1].name} and {v.name} are both the default for "
+                                 f"{v.op} {v.key.tag} at priority {f.priority}; give one family "
+                                 "a lower priority")
+            if held is None or f.priority < held[0]:
+                best[(v.op, v.key)] = (f.priority, v)
+    defaults = [v for _, v in best.values()]
     variants = {v.name: v for v in defaults}
     if db is not None:
         declared = {v.name: v for f in chosen for v in f.all_variants(arch)}
