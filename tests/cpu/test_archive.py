@@ -160,3 +160,21 @@ def test_cli_reports_unreadable_archive(tmp_path):
     bad.write_bytes(b"x" * 100)
     result = CliRunner().invoke(main, ["inspect", str(bad)])
     assert result.exit_code == 1 and "bad.apk: is not an attnpack archive" in result.output
+
+
+def test_selection_and_tuning_entries_must_serve_their_key(sm90, tmp_path):
+    ar = read_archive(sm90)
+    selection = ar.index["selection"]
+    fwd_full = next(s for s in selection if s["op"] == "fwd" and not s["causal"])
+    fwd_full["kernel"] = "toy/fwd/fp16-d32-causal/BLOCK16_warps1"   # a causal kernel
+    tuning = {"buckets": {"seqlen": [128], "gqa": [1]}, "provenance": {},
+              "entries": [{"op": "bwd", "dtype": "fp16", "head_dim": 32, "causal": False,
+                           "gqa": 1, "sq": 128, "sk": 128,
+                           "kernel": "toy/fwd/fp16-d32-full/BLOCK16_warps1"}]}  # a fwd kernel
+    path = _rewrite(sm90, tmp_path / "x" / sm90.name, selection=selection, tuning=tuning)
+    _, problems, _ = verify_archive(path)
+    assert problems == [
+        "attnpack-0.1.0-sm_90.apk: selection: entry fwd fp16 d32 points at "
+        "toy/fwd/fp16-d32-causal/BLOCK16_warps1, whose key differs",
+        "attnpack-0.1.0-sm_90.apk: tuning: entry bwd fp16 d32 sq128 sk128 points at "
+        "toy/fwd/fp16-d32-full/BLOCK16_warps1, whose key differs"]

@@ -71,24 +71,18 @@ def _check_index(ar: Archive) -> list[str]:
         if i not in used:
             problems.append(f"index: image {i} ({images[i]['symbol']}) is used by no kernel")
     by_name = {k["name"]: k for k in ar.kernels}
-    for sel in ar.index["selection"]:
-        k = by_name.get(sel["kernel"])
-        if k is None:
-            problems.append(f"selection: {sel['op']} {sel['dtype']} d{sel['head_dim']} names "
-                            f"missing kernel {sel['kernel']}")
-        elif k["op"] != sel["op"] or any(k["key"][f] != sel[f] for f in ("dtype", "head_dim",
-                                                                          "causal")):
-            problems.append(f"selection: entry for {sel['op']} {sel['dtype']} d{sel['head_dim']} "
-                            f"points at {sel['kernel']}, whose key differs")
-    for entry in ar.index.get("tuning", {}).get("entries", []):
+    tables = [("selection", e, "") for e in ar.index["selection"]]
+    tables += [("tuning", e, f" sq{e['sq']} sk{e['sk']}")
+               for e in ar.index.get("tuning", {}).get("entries", [])]
+    # Both tables map a key to a kernel, which must exist and serve exactly that key.
+    for table, entry, buckets in tables:
+        label = f"{table}: entry {entry['op']} {entry['dtype']} d{entry['head_dim']}{buckets}"
         k = by_name.get(entry["kernel"])
         if k is None:
-            problems.append(f"tuning: entry {entry['op']} {entry['dtype']} d{entry['head_dim']} "
-                            f"sq{entry['sq']} sk{entry['sk']} names missing kernel {entry['kernel']}")
-        elif k["op"] != entry["op"] or any(k["key"][f] != entry[f] for f in ("dtype", "head_dim",
-                                                                            "causal")):
-            problems.append(f"tuning: entry for {entry['op']} {entry['dtype']} d{entry['head_dim']} "
-                            f"points at {entry['kernel']}, whose key differs")
+            problems.append(f"{label} names missing kernel {entry['kernel']}")
+        elif k["op"] != entry["op"] or any(k["key"][f] != entry[f]
+                                           for f in ("dtype", "head_dim", "causal")):
+            problems.append(f"{label} points at {entry['kernel']}, whose key differs")
     return problems
 
 
