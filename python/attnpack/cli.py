@@ -175,7 +175,9 @@ def _parse_shape(text: str) -> tuple[int, ...]:
               help="Sq,Sk pairs to tune (repeat); default: Sq=Sk over every bucket plus a few Sq!=Sk.")
 @click.option("--keys", "keys_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="JSON list of keys {op, dtype, head_dim, causal, gqa, sq, sk}.")
-def tune(arch, archive_path, out_path, ops, dtypes, head_dims, gqas, shapes, keys_file):
+@click.option("--minutes", type=float, default=None,
+              help="Start no new key after this many minutes (re-run to go on).")
+def tune(arch, archive_path, out_path, ops, dtypes, head_dims, gqas, shapes, keys_file, minutes):
     """Measure every candidate per key on this GPU and write the winners (needs a GPU).
 
     Wrong candidates (NaN, or error > 3x the best) are rejected and recorded. Resumable.
@@ -215,7 +217,7 @@ def tune(arch, archive_path, out_path, ops, dtypes, head_dims, gqas, shapes, key
         return lambda label: bar.update(1, label)
     try:
         db = run_tune(archive_path, keys, out_path, progress=progress,
-                      log=lambda line: click.echo(line, err=True))
+                      log=lambda line: click.echo(line, err=True), minutes=minutes)
     except (ValueError, RuntimeError) as e:
         raise click.ClickException(str(e))
     finally:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import datetime
 import math
 import statistics
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
@@ -219,7 +220,9 @@ def provenance(torch, status: str = "tuned") -> dict:
 
 def tune(archive_path: Path, keys: Iterable[TuneKey], out_path: Path,
          progress: Callable[[int], Callable[[str], None]] = lambda n: (lambda label: None),
-         log: Callable[[str], None] = print) -> TuningDb:
+         log: Callable[[str], None] = print, minutes: float | None = None) -> TuningDb:
+    """Tune `keys` into `out_path` (resuming it). With `minutes`, stop starting new keys once
+    that much time has passed: what was measured is saved, and a re-run goes on from there."""
     import torch
 
     from attnpack import runtime
@@ -233,12 +236,18 @@ def tune(archive_path: Path, keys: Iterable[TuneKey], out_path: Path,
     db.provenance = provenance(torch)
     bench = Bench(torch)
     advance = progress(len(keys))
+    deadline = time.monotonic() + 60 * minutes if minutes else None
     with runtime.Bundle(archive_path) as bundle:
-        for key in keys:
+        for n, key in enumerate(keys):
             advance(key_text(key.db_key))
             if key.db_key in db.entries:
                 continue  # measured by an earlier, interrupted run
+            if deadline is not None and time.monotonic() > deadline:
+                log(f"time budget of {minutes} min spent: {len(keys) - n} key(s) left for a re-run")
+                break
+            start = time.monotonic()
             entry = tune_key(torch, runtime, bundle, bench, archive.index, key, log)
+            log(f"  ({time.monotonic() - start:.1f} s)")
             if entry is not None:
                 db.put(entry)
                 save_db(db, out_path)
