@@ -42,6 +42,28 @@ class FunctionalKey:
 
 
 @dataclass(frozen=True)
+class TensorMap:
+    """A host TMA descriptor (CUtensorMap) a step takes by value; the runtime encodes it.
+
+    In `Step.args` the descriptor is one word, `name`; the kernel declares it as a Triton/Gluon
+    tensor descriptor, which the compiled kernel receives as the 128-byte descriptor followed by
+    the viewed tensor's shape (i32 each) and strides (i64 each). The builder writes that
+    expansion into the launch spec with the tensor's own words, so the runtime passes exactly
+    what Triton's launcher would.
+    """
+    name: str                        # the parameter word, e.g. "q_desc"
+    tensor: str                      # an element tensor of attnpack.abi.TENSORS, viewed [b, h, s, d]
+    block: tuple[int, ...]           # box per axis, outermost first: (1, 1, rows, head_dim)
+    layout: Any                      # the shared layout (gluon NVMMASharedLayout) tiles land in
+    l2_promotion: int = 128          # bytes; Triton's launcher always asks for 128
+    oob_fill: str = "zero"           # rows past the tensor read as zero; stores there are dropped
+
+    @property
+    def swizzle(self) -> int:
+        return int(getattr(self.layout, "swizzle_byte_width", 0))
+
+
+@dataclass(frozen=True)
 class Step:
     """One kernel launch of a variant."""
     name: str                        # what the step does: "fwd", "bwd_preprocess", "bwd_dkdv", ...
@@ -53,6 +75,10 @@ class Step:
     num_stages: int
     divisible_by_16: tuple[str, ...] = ()    # integer args promised to be multiples of 16
     options: Mapping[str, Any] = field(default_factory=dict)  # extra compiler options (AMD knobs)
+    tensormaps: tuple[TensorMap, ...] = ()   # descriptors named in `args` (CUDA only)
+
+    def tensormap(self, word: str) -> TensorMap | None:
+        return next((m for m in self.tensormaps if m.name == word), None)
 
 
 @dataclass(frozen=True)
@@ -108,8 +134,23 @@ class FamilySpec:
         workspace = self.workspace.get(op, ())
         ws_names = tuple(w.name for w in workspace)
         for step in steps:
+            for m in step.tensormaps:
+                if m.tensor not in abi.TENSORS:
+                    raise KeyError(f"{self.name}: tensor map {m.name} views '{m.tensor}'; only "
+                                   f"element tensors {abi.TENSORS} have descriptor words")
+                if len(m.block) != 4 or not all(1 <= e <= 256 for e in m.block):
+                    raise ValueError(f"{self.name}: tensor map {m.name} box {m.block} is not "
+                                     "4 extents (b, h, s, d) of 1..256")
+                if m.swizzle not in abi.TENSORMAP_SWIZZLES or \
+                        m.l2_promotion not in abi.TENSORMAP_L2_PROMOTIONS or \
+                        m.oob_fill not in abi.TENSORMAP_OOB_FILLS:
+                    raise ValueError(f"{self.name}: tensor map {m.name} has swizzle {m.swizzle}, "
+                                     f"l2_promotion {m.l2_promotion}, oob_fill {m.oob_fill!r}")
+                if arch.startswith("gfx"):
+                    raise ValueError(f"{self.name}: tensor maps are CUDA-only ({arch})")
             for word in step.args:
-                abi.param_type(word, ws_names)  # raises on a word outside the vocabulary
+                if step.tensormap(word) is None:
+                    abi.param_type(word, ws_names)  # raises on a word outside the vocabulary
             for dim in step.grid:
                 for var, _ in dim:
                     if var not in abi.GRID_VARS:

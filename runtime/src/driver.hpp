@@ -42,6 +42,10 @@ struct TensorMapEncode {
 
 constexpr size_t kTensorMapBytes = 128;  // sizeof(CUtensorMap), passed by value
 constexpr size_t kTensorMapAlign = 64;   // its parameter alignment in Triton's PTX (.align 64)
+// Where an sm_90 kernel's parameters start in constant bank 0 (the cubin's EIATTR_PARAM_CBANK).
+// ptxas honours `.align 64` against that absolute address, so a descriptor lands at an argument
+// offset of 48 modulo 64, not 0; the argument layout is computed from this base.
+constexpr size_t kCudaParamBase = 0x210;
 
 struct KernelLaunch {
   void* function = nullptr;

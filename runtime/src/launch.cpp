@@ -88,16 +88,21 @@ bool resolve_word(const std::string& word, const KernelRecord& kernel, const Ste
   } else if ((index = find_word(kSizeWords, kSk + 1, word)) >= 0) {
     slot.source = ParamSource::Size;
     slot.type = ParamType::I32;
+  } else if (word == "D") {
+    slot.source = ParamSource::HeadDim;
+    slot.type = ParamType::I32;
+    index = 0;
   } else if (word == "sm_scale" || word == "sm_scale_log2") {
     slot.source = word == "sm_scale" ? ParamSource::SmScale : ParamSource::SmScaleLog2;
     slot.type = ParamType::F32;
     index = 0;
   } else if (stride_at != std::string::npos &&
              (index = find_word(kTensorWords, kNumTensors, word.substr(0, stride_at))) >= 0) {
-    // <tensor>_stride_<b|h|s>
+    // <tensor>_stride_<b|h|s|d>; d (always 1) only appears beside a tensor descriptor, whose
+    // strides Triton passes in full
     const std::string axis = word.substr(stride_at + stride_marker.size());
-    const char* letter = std::find(kAxisLetters, kAxisLetters + kAxisD, axis.empty() ? 0 : axis[0]);
-    if (axis.size() != 1 || letter == kAxisLetters + kAxisD) return false;
+    const char* letter = std::find(kAxisLetters, kAxisLetters + kAxisD + 1, axis.empty() ? 0 : axis[0]);
+    if (axis.size() != 1 || letter == kAxisLetters + kAxisD + 1) return false;
     slot.source = ParamSource::Stride;
     slot.type = ParamType::I64;
     slot.axis = uint8_t(letter - kAxisLetters);
@@ -180,7 +185,10 @@ std::string plan_step(const Archive& archive, const KernelRecord& kernel, const 
     plan.tensormaps.push_back(map);
   }
 
-  uint64_t offset = 0, max_align = 8;
+  // Offsets are aligned against the parameters' address in the constant bank (CUDA), as ptxas
+  // lays them out; only a tensor map's 64-byte alignment can tell the difference.
+  const uint64_t base = hip ? 0 : kCudaParamBase;
+  uint64_t offset = 0;
   for (const ParamRecord& param : step.params) {
     ParamSlot slot;
     slot.word = &param.word;
@@ -196,17 +204,16 @@ std::string plan_step(const Archive& archive, const KernelRecord& kernel, const 
       return "parameter " + param.word + " has divisibility " + std::to_string(param.divisibility);
     }
     slot.divisibility = param.divisibility;
-    offset = align_up(offset, declared->align);  // natural alignment, as the compiler lays it out
+    offset = align_up(base + offset, declared->align) - base;  // natural alignment
     slot.offset = uint32_t(offset);
     offset += declared->size;
-    max_align = std::max<uint64_t>(max_align, declared->align);
     if (slot.source == ParamSource::Tensor) kernel_plan.uses_tensor[slot.index] = true;
     if (slot.source == ParamSource::Lse) kernel_plan.uses_lse = true;
     plan.params.push_back(slot);
     plan.offsets.push_back(slot.offset);
   }
-  // The argument segment ends padded to 8 bytes (to a descriptor's 64 when one is passed).
-  plan.packed_size = uint32_t(align_up(offset, max_align));
+  // The argument segment ends padded to 8 bytes (the cubin's EIATTR_PARAM_CBANK size).
+  plan.packed_size = uint32_t(align_up(offset, 8));
   if (plan.packed_size != step.kernarg_size) {
     return "packed arguments are " + std::to_string(plan.packed_size) +
            " bytes but the image declares kernarg_size " + std::to_string(step.kernarg_size) +
@@ -411,8 +418,10 @@ void pack_arguments(const StepPlan& step, const KernelPlan& plan, const Problem&
         std::memcpy(at, &stride, sizeof(stride));
         continue;
       }
+      case ParamSource::HeadDim:
       case ParamSource::Size: {
-        int32_t size = int32_t(problem.sizes[slot.index]);
+        int32_t size = slot.source == ParamSource::HeadDim ? problem.head_dim
+                                                           : int32_t(problem.sizes[slot.index]);
         std::memcpy(at, &size, sizeof(size));
         continue;
       }

@@ -22,8 +22,9 @@ enum class ParamSource : uint8_t {
   Tensor,          // an element tensor's address (index: TensorId)
   Lse,             // the lse buffer's address
   Workspace,       // a workspace buffer's address (index: its position in the kernel's list)
-  Stride,          // <tensor>_stride_<axis> (index: TensorId, axis: Axis)
+  Stride,          // <tensor>_stride_<b|h|s|d> (index: TensorId, axis: Axis; d is always 1)
   Size,            // B Hq Hkv Sq Sk (index: SizeId)
+  HeadDim,         // D: the head dim (i32), as Triton passes a tensor descriptor's last extent
   SmScale,         // sm_scale
   SmScaleLog2,     // sm_scale * log2(e)
   GlobalScratch,   // Triton's trailing global scratch pointer

@@ -27,13 +27,29 @@ PARAM_SIZE = {"ptr": 8, "i64": 8, "i32": 4, "f32": 4, "tensormap": 128}
 PARAM_ALIGN = {"ptr": 8, "i64": 8, "i32": 4, "f32": 4, "tensormap": 64}
 
 
-def kernarg_size(types) -> int:
-    """The documented rule: natural alignment, the end padded to 8 (64 with a tensor map)."""
-    offset, align = 0, 8
+# sm_90 kernels' parameters start at constant-bank offset 0x210 (the cubin's EIATTR_PARAM_CBANK)
+# and ptxas aligns each against that absolute address: a descriptor's `.align 64` puts it at an
+# argument offset of 48 mod 64 (measured on triton 3.6 cubins, tests/cpu/test_gluon_family.py).
+CUDA_PARAM_BASE = 0x210
+
+
+def param_offsets(types, base=CUDA_PARAM_BASE) -> list[int]:
+    """The documented rule: natural alignment against the parameters' base address."""
+    offsets, offset = [], 0
     for t in types:
-        offset = -(-offset // PARAM_ALIGN[t]) * PARAM_ALIGN[t] + PARAM_SIZE[t]
-        align = max(align, PARAM_ALIGN[t])
-    return -(-offset // align) * align
+        offset = -(-(base + offset) // PARAM_ALIGN[t]) * PARAM_ALIGN[t] - base
+        offsets.append(offset)
+        offset += PARAM_SIZE[t]
+    return offsets
+
+
+def kernarg_size(types) -> int:
+    """The end of the last parameter, padded to 8."""
+    types = list(types)
+    if not types:
+        return 0
+    end = param_offsets(types)[-1] + PARAM_SIZE[types[-1]]
+    return -(-end // 8) * 8
 
 
 def strides_of(*tensors):

@@ -13,7 +13,7 @@ from attnpack import abi
 from attnpack import runtime as rt
 from attnpack.archive import read_archive
 from test_runtime_fixtures import (PARAM_ALIGN, attention_kernels, expect_error,  # noqa: F401
-                                   kernarg_size, kernel, step, strides_of, synthetic_archive,
+                                   kernarg_size, kernel, param_offsets, step, strides_of, synthetic_archive,
                                    toy_archives, triton_fwd_archive, write_synthetic, FWD_WORDS,
                                    PER_Q_TILE)
 
@@ -233,13 +233,16 @@ def test_host_tensor_maps_are_encoded_from_the_problem(tmp_path):
                        "strides": [Sq * 4, Hq * Sq * 4], "box": [128, 1, 1],
                        "element_strides": [1, 1, 1], "interleave": 0, "swizzle": 0,
                        "l2_promotion": 0, "oob_fill": 1}
-    # Each descriptor sits in its 64-byte aligned, 128-byte slot (the recording driver writes
-    # the address there as a stand-in for the opaque bytes).
+    # Each descriptor sits in its 128-byte slot, 64-byte aligned in the constant bank (whose
+    # parameters start at 0x210), so at 48 mod 64 in the argument buffer; the recording driver
+    # writes the address there as a stand-in for the opaque bytes.
     args, offsets = bytes.fromhex(launch["args"]), launch["arg_offsets"]
-    assert offsets[0] == 0 and offsets[4] % 64 == 0
-    assert args[0:8] == struct.pack("<Q", prob.q.data) and args[8:128] == bytes(120)
+    assert offsets == param_offsets([p[1] for p in spec["params"]])
+    assert offsets[0] == 48 and (0x210 + offsets[4]) % 64 == 0
+    assert args[:48] == bytes(48)
+    assert args[48:56] == struct.pack("<Q", prob.q.data) and args[56:176] == bytes(120)
     assert args[offsets[4]:offsets[4] + 8] == struct.pack("<Q", prob.lse)
-    assert len(args) == spec["kernarg_size"] and len(args) % 64 == 0
+    assert len(args) == spec["kernarg_size"] and len(args) % 8 == 0
 
 
 def test_tensor_map_pitches_must_be_multiples_of_16_bytes(tmp_path):

@@ -17,6 +17,7 @@ EIATTR_REGCOUNT = 0x2F
 EIATTR_FRAME_SIZE = 0x11     # per-thread stack frame: nonzero means register spills or locals
 EIATTR_KPARAM_INFO = 0x17
 EIATTR_CBANK_PARAM_SIZE = 0x19
+EIATTR_PARAM_CBANK = 0x0A  # (section symbol, u16 offset of the parameters in cbank 0, u16 size)
 
 
 class ElfError(ValueError):
@@ -30,6 +31,7 @@ class KernelFacts:
     symbols: set[str]
     params: list[tuple[int, int]] = field(default_factory=list)   # (offset, size) in order
     kernarg_size: int = 0
+    param_base: int | None = None  # CUDA: where the parameters start in constant bank 0
     resources: dict[str, int] = field(default_factory=dict)
 
 
@@ -78,9 +80,11 @@ def _nv_attributes(data: bytes, section):
         elif fmt == 3:     # EIFMT_HVAL: u16 value
             yield attr, data[at + 2:at + 4]
             at += 4
-        else:              # EIFMT_NVAL (no value) / EIFMT_BVAL (one byte, padded)
+        else:              # EIFMT_NVAL (no value) / EIFMT_BVAL (one byte): 4-byte records too
+            # (warp-specialized kernels carry EIATTR_REG_RECONFIG, an NVAL that ptxas pads to
+            # 4 bytes; stepping 2 misread every attribute after it)
             yield attr, b""
-            at += 2 if fmt == 1 else 4
+            at += 4
 
 
 def _cuda_facts(data: bytes, flags: int, symbol: str) -> KernelFacts:
@@ -97,6 +101,8 @@ def _cuda_facts(data: bytes, flags: int, symbol: str) -> KernelFacts:
             params[ordinal] = (offset, (flag_word >> 18) & 0x3FFF)
         elif attr == EIATTR_CBANK_PARAM_SIZE:
             facts.kernarg_size = struct.unpack_from("<H", payload)[0]
+        elif attr == EIATTR_PARAM_CBANK and len(payload) == 8:
+            facts.param_base = struct.unpack_from("<H", payload, 4)[0]
     facts.params = [params[i] for i in sorted(params)]
     module_info = next((s for s in sections if s[0] == ".nv.info"), None)
     for attr, payload in (_nv_attributes(data, module_info) if module_info else ()):

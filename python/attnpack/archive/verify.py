@@ -12,7 +12,7 @@ from attnpack.archive.elf import ElfError, kernel_facts
 from attnpack.archive.format import ArchiveError
 from attnpack.archive.reader import Archive, read_archive
 
-PARAM_SIZE = {"ptr": 8, "i64": 8, "i32": 4, "f32": 4}
+PARAM_SIZE = {t: size for t, (size, _align) in abi.WIRE_LAYOUT.items()}
 # Per-arch resource ceilings: shared memory / LDS per block, registers, threads per block.
 LIMITS = {
     "sm_90": {"shared": 232448, "registers": 255, "threads": 1024},
@@ -55,7 +55,10 @@ def _check_index(ar: Archive) -> list[str]:
             if images[s["image"]]["symbol"] != s["symbol"]:
                 problems.append(f"{here}: symbol {s['symbol']} differs from its image's "
                                 f"{images[s['image']]['symbol']}")
+            problems += [f"{here}: {p}" for p in _check_tensormaps(s)]
             for word, typ, _div in s["params"]:
+                if typ == "tensormap":
+                    continue  # checked with its expansion above
                 try:
                     expect = abi.param_type(word, ws)
                 except KeyError as e:
@@ -83,6 +86,39 @@ def _check_index(ar: Archive) -> list[str]:
         elif k["op"] != entry["op"] or any(k["key"][f] != entry[f]
                                            for f in ("dtype", "head_dim", "causal")):
             problems.append(f"{label} points at {entry['kernel']}, whose key differs")
+    return problems
+
+
+def _check_tensormaps(step: dict) -> list[str]:
+    """Each descriptor parameter is declared in `tensormaps` and followed by Triton's expansion
+    (the viewed tensor's shape and strides); each declaration is one the runtime can encode."""
+    problems = []
+    maps = {m["param"]: m for m in step.get("tensormaps", [])}
+    words = [p[0] for p in step["params"]]
+    types = [p[1] for p in step["params"]]
+    for i, (word, typ) in enumerate(zip(words, types)):
+        if typ != "tensormap":
+            continue
+        m = maps.get(word)
+        if m is None:
+            problems.append(f"tensormap param {word} has no tensormaps entry")
+            continue
+        if m["tensor"] not in abi.TENSORS:
+            problems.append(f"tensor map {word} views {m['tensor']!r}, not an element tensor")
+            continue
+        want = abi.tensormap_params(word, m["tensor"])
+        got = [tuple(p[:2]) for p in step["params"][i:i + len(want)]]
+        if got != want:
+            problems.append(f"tensor map {word} is followed by {got[1:]}, Triton passes {want[1:]}")
+    for word, m in maps.items():
+        if word not in words or types[words.index(word)] != "tensormap":
+            problems.append(f"tensor map {word} is not a tensormap parameter")
+        if len(m["box"]) != 4 or not all(1 <= e <= 256 for e in m["box"]):
+            problems.append(f"tensor map {word} box {m['box']} is not 4 extents of 1..256")
+        if m.get("swizzle", 0) not in abi.TENSORMAP_SWIZZLES or \
+                m.get("l2_promotion", 0) not in abi.TENSORMAP_L2_PROMOTIONS or \
+                m.get("oob_fill", "zero") not in abi.TENSORMAP_OOB_FILLS:
+            problems.append(f"tensor map {word} has options the runtime cannot encode: {m}")
     return problems
 
 
@@ -133,6 +169,16 @@ def _check_image(ar: Archive, i: int, steps: list[dict], warnings: list[str]) ->
         if [size for _, size in facts.params] != sizes:
             problems.append(f"{where}: ELF parameters {[sz for _, sz in facts.params]} bytes "
                             f"disagree with the launch spec's {sizes}")
+        elif facts.machine == "cuda":
+            if facts.param_base not in (None, abi.CUDA_PARAM_BASE):
+                problems.append(f"{where}: parameters start at constant-bank offset "
+                                f"{facts.param_base:#x}, the launch layout assumes "
+                                f"{abi.CUDA_PARAM_BASE:#x}")
+            # The offsets too: a descriptor's .align 64 is where a wrong layout model shows.
+            offsets, _ = abi.kernarg_layout([t for _, t, _ in s["params"]], ar.arch)
+            if [off for off, _ in facts.params] != offsets:
+                problems.append(f"{where}: ELF parameter offsets {[o for o, _ in facts.params]} "
+                                f"disagree with the launch layout's {offsets}")
         if facts.kernarg_size != s["kernarg_size"]:
             problems.append(f"{where}: ELF kernarg size {facts.kernarg_size} != launch spec "
                             f"{s['kernarg_size']}")

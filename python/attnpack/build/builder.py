@@ -14,7 +14,10 @@ from attnpack.build.compile import (CompileCache, CompiledStep, CompileJob, Comp
 from attnpack.family import KNOWN_ARCHS, FamilySpec, Variant, kernels_root, load_families
 from attnpack.tune.db import DbError, TuningDb, entry_key, key_text, load_db
 
-PARAM_SIZE = {"ptr": 8, "i64": 8, "i32": 4, "f32": 4}
+# Triton's tensordesc_meta "swizzle" is CUtensorMapSwizzle: NONE, 32B, 64B, 128B.
+SWIZZLE_BYTES = (0, 32, 64, 128)
+# tensordesc_meta "elem_type" is the device-side TMA dtype enum: 6 float16, 10 bfloat16.
+TMA_ELEM_TYPE = {"fp16": 6, "bf16": 10}
 
 
 class BuildError(Exception):
@@ -93,14 +96,18 @@ def plan_variants(req: BuildRequest, arch: str, families: dict[str, FamilySpec],
     defaults = [v for _, v in best.values()]
     variants = {v.name: v for v in defaults}
     if db is not None:
-        declared = {v.name: v for f in chosen for v in f.all_variants(arch)}
+        # Entries are checked against every family, then filtered like the other filters:
+        # `--family gluon` drops the entries that select other families' kernels.
+        declared = {v.name: v for f in families.values() if arch in f.archs
+                    for v in f.all_variants(arch)}
+        chosen_names = {f.name for f in chosen}
         for entry in db.entries.values():
             v = declared.get(entry["kernel"])
             if v is None:
                 raise BuildError(f"{db.path}: entry {key_text(entry_key(entry))} selects "
                                  f"{entry['kernel']}, which no family declares for {arch} — "
                                  "re-run `attnpack tune` or fix the entry")
-            if _wanted(req, v):
+            if v.family in chosen_names and _wanted(req, v):
                 variants[v.name] = v
     if req.all_variants:
         for f in chosen:
@@ -111,20 +118,49 @@ def plan_variants(req: BuildRequest, arch: str, families: dict[str, FamilySpec],
     return sorted(variants.values(), key=lambda v: v.name), defaults
 
 
-def _kernarg_size(types: list[str]) -> int:
-    size = 0
-    for t in types:
-        n = PARAM_SIZE[t]
-        size = (size + n - 1) // n * n + n
-    return (size + 7) // 8 * 8 if size else 0
+def _tensormap_records(job: CompileJob, compiled: CompiledStep) -> list[dict]:
+    """The step's descriptors as the runtime encodes them, checked against what Triton's own
+    launcher would encode for the compiled kernel (its tensordesc_meta, in argument order)."""
+    maps = [job.step.tensormap(w) for w in job.step.args if job.step.tensormap(w) is not None]
+    meta = compiled.meta.get("tensordesc_meta") or []
+    if len(meta) != len(maps):
+        raise BuildError(f"{job.label}: the kernel lowers {len(meta)} tensor descriptors to TMA "
+                         f"descriptors, the step declares {len(maps)} tensor maps")
+    records = []
+    for m, md in zip(maps, meta):
+        # The box is the compiled kernel's, which may be a slice of the declared block: with a
+        # 128-byte swizzle a TMA box row is at most 128 bytes, so a d128 16-bit tile is copied
+        # as two 64-wide boxes, and Triton's launcher encodes the 64-wide box.
+        box = [int(e) for e in md["block_size"]]
+        fits = len(box) == len(m.block) and all(b >= 1 and t % b == 0
+                                                for b, t in zip(box, m.block))
+        want = {"swizzle": m.swizzle, "elem_type": TMA_ELEM_TYPE[job.variant.key.dtype]}
+        got = {"swizzle": SWIZZLE_BYTES[md["swizzle"]], "elem_type": md["elem_type"]}
+        if want != got or not fits or md.get("fp4_padded"):
+            raise BuildError(f"{job.label}: tensor map {m.name} declares block {list(m.block)} "
+                             f"{want}, the compiled kernel's descriptor is {dict(md)}")
+        records.append({"param": m.name, "tensor": m.tensor, "box": box,
+                        "swizzle": m.swizzle, "l2_promotion": m.l2_promotion,
+                        "oob_fill": m.oob_fill})
+    return records
+
+
+def _step_params(job: CompileJob) -> list[list]:
+    """[word, wire type, divisibility] per kernel parameter, as the compiled image takes them."""
+    ws = tuple(w.name for w in job.variant.workspace)
+    params = []
+    for w in job.step.args:
+        tmap = job.step.tensormap(w)
+        if tmap is not None:  # descriptor, shape, strides: the launcher's expansion
+            params += [[word, typ, 1] for word, typ in abi.tensormap_params(w, tmap.tensor)]
+            continue
+        typ = abi.param_type(w, ws)
+        params.append([w, typ, 16 if typ == "ptr" or w in job.step.divisible_by_16 else 1])
+    return params + [[w, "ptr", 1] for w in abi.TRITON_SCRATCH]
 
 
 def _step_record(job: CompileJob, compiled: CompiledStep, image_index: int) -> dict:
-    ws = tuple(w.name for w in job.variant.workspace)
-    params = [[w, abi.param_type(w, ws),
-               16 if abi.param_type(w, ws) == "ptr" or w in job.step.divisible_by_16 else 1]
-              for w in job.step.args]
-    params += [[w, "ptr", 1] for w in abi.TRITON_SCRATCH]
+    params = _step_params(job)
     md = compiled.meta
     return {
         "name": job.step.name, "image": image_index, "symbol": compiled.symbol,
@@ -137,8 +173,8 @@ def _step_record(job: CompileJob, compiled: CompiledStep, image_index: int) -> d
                     "global_align": md["global_scratch_align"],
                     "profile_size": md["profile_scratch_size"],
                     "profile_align": md["profile_scratch_align"]},
-        "tensormaps": [],
-        "kernarg_size": _kernarg_size([p[1] for p in params]),
+        "tensormaps": _tensormap_records(job, compiled),
+        "kernarg_size": abi.kernarg_layout([p[1] for p in params], job.variant.arch)[1],
     }
 
 

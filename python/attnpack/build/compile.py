@@ -57,6 +57,13 @@ class CompileJob:
                              f"parameters but the step declares {len(step.args)} args")
         signature, attrs = {}, {}
         for p, word in zip(runtime, step.args):
+            tmap = step.tensormap(word)
+            if tmap is not None:
+                # A host descriptor: Gluon reads the block shape and shared layout from the type.
+                elem = abi.triton_type(tmap.tensor, variant.key.dtype, ws).lstrip("*")
+                block = ",".join(str(e) for e in tmap.block)
+                signature[p.name] = f"tensordesc<{elem}[{block}],{tmap.layout!r}>"
+                continue
             signature[p.name] = abi.triton_type(word, variant.key.dtype, ws)
             if abi.param_type(word, ws) == "ptr" or word in step.divisible_by_16:
                 attrs[(p.num,)] = [["tt.divisibility", 16]]
@@ -65,6 +72,10 @@ class CompileJob:
                 if p.name not in step.constexprs:
                     raise ValueError(f"{self.label}: constexpr {p.name} has no value")
                 signature[p.name] = "constexpr"
+        if getattr(fn, "is_gluon", lambda: False)():
+            from triton.experimental.gluon._runtime import GluonASTSource
+            return GluonASTSource(fn=fn, signature=signature, constexprs=dict(step.constexprs),
+                                  attrs=attrs)
         return ASTSource(fn=fn, signature=signature, constexprs=dict(step.constexprs), attrs=attrs)
 
     def options(self) -> dict:
@@ -86,7 +97,8 @@ class CompiledStep:
     image: bytes
     kind: str          # cubin / hsaco
     symbol: str
-    meta: dict         # num_warps, warp_size, shared, num_ctas, scratch sizes/aligns
+    meta: dict         # num_warps, warp_size, shared, num_ctas, scratch sizes/aligns, and
+                       # tensordesc_meta (how Triton's launcher would encode each descriptor)
 
 
 def _compile(job: CompileJob) -> CompiledStep:
@@ -102,6 +114,8 @@ def _compile(job: CompileJob) -> CompiledStep:
         ("num_warps", 4), ("warp_size", 32), ("shared", 0), ("num_ctas", 1),
         ("global_scratch_size", 0), ("global_scratch_align", 1),
         ("profile_scratch_size", 0), ("profile_scratch_align", 1))}
+    if md.get("tensordesc_meta"):
+        meta["tensordesc_meta"] = [dict(m) for m in md["tensordesc_meta"]]
     return CompiledStep(bytes(image), kind, md["name"], meta)
 
 

@@ -1,0 +1,92 @@
+"""The Gluon dual-wave (ping-pong) forward for sm_90: its launch step and declared variant space.
+
+Built, never run yet: the family has priority 1000, so it is never a default. A tuning database
+may select one of its kernels only after `attnpack tune` measured it correct on the GPU
+(docs/gluon-family.md says what has and has not been checked).
+
+Config knobs:
+  M       query rows per consumer warpgroup (a program serves 2 * M rows)
+  N       key rows per K/V tile
+  stages  depth of the K/V shared-memory ring
+"""
+import inspect
+
+from triton.experimental.gluon import language as gl
+
+from attnpack.family import FamilySpec, FunctionalKey, Step, TensorMap
+
+from .fwd import attn_fwd_pingpong
+
+SHARED_MEMORY_BYTES = 227 * 1024
+GL_DTYPE = {"fp16": gl.float16, "bf16": gl.bfloat16}
+
+FWD_CONFIGS = (
+    {"M": 64, "N": 128, "stages": 2},
+    {"M": 64, "N": 64, "stages": 3},
+    {"M": 64, "N": 128, "stages": 3},
+    {"M": 64, "N": 64, "stages": 2},
+)
+
+# setmaxnreg per partition: the loader needs few registers, which frees them for the two
+# consumer warpgroups (accumulator M x D plus scores M x N fp32 over 128 threads each).
+CONSUMER_REGS = 232
+LOAD_REGS = 40
+
+
+def _runtime_args(kernel) -> tuple[str, ...]:
+    params = inspect.signature(kernel.fn).parameters.values()
+    return tuple(p.name for p in params if p.annotation is not gl.constexpr)
+
+
+def _tensor_map(name: str, tensor: str, rows: int, key: FunctionalKey) -> TensorMap:
+    block = (1, 1, rows, key.head_dim)
+    layout = gl.NVMMASharedLayout.get_default_for(list(block), GL_DTYPE[key.dtype])
+    return TensorMap(name=name, tensor=tensor, block=block, layout=layout)
+
+
+def steps(arch: str, op: str, key: FunctionalKey, config) -> tuple[Step, ...]:
+    m, n = config["M"], config["N"]
+    maps = (_tensor_map("q_desc", "q", m, key), _tensor_map("k_desc", "k", n, key),
+            _tensor_map("v_desc", "v", n, key), _tensor_map("o_desc", "o", m, key))
+    words = {"q_desc": "q_desc", "k_desc": "k_desc", "v_desc": "v_desc", "o_desc": "o_desc",
+             "lse_ptr": "lse", "Hq": "Hq", "Hkv": "Hkv", "Sq": "Sq", "Sk": "Sk",
+             "qk_scale": "sm_scale_log2"}
+    args = tuple(words[a] for a in _runtime_args(attn_fwd_pingpong))
+    constexprs = {"BLOCK_M": m, "BLOCK_N": n, "HEAD_DIM": key.head_dim,
+                  "STAGES": config["stages"], "CAUSAL": key.causal,
+                  "CONSUMER_REGS": CONSUMER_REGS, "LOAD_REGS": LOAD_REGS}
+    grid = ((("Sq", 2 * m),), (("B", 1), ("Hq", 1)), ())
+    return (Step(name="fwd", fn=attn_fwd_pingpong, args=args, grid=grid, constexprs=constexprs,
+                 num_warps=4, num_stages=1, tensormaps=maps),)
+
+
+def shared_memory_bytes(head_dim: int, config) -> int:
+    """Two Q tiles (reused for O) and `stages` K and V tiles, 16-bit, plus barriers."""
+    return 2 * head_dim * (2 * config["M"] + 2 * config["stages"] * config["N"]) + 1024
+
+
+def excluded(arch: str, op: str, key: FunctionalKey, config) -> str | None:
+    need = shared_memory_bytes(key.head_dim, config)
+    if need > SHARED_MEMORY_BYTES:
+        return f"needs {need // 1024} KiB shared memory; sm_90 has {SHARED_MEMORY_BYTES // 1024} KiB"
+    return None
+
+
+def default_config(arch: str, op: str, key: FunctionalKey):
+    # Never selected as a default (priority 1000); this only names the first config.
+    return FWD_CONFIGS[0]
+
+
+SPEC = FamilySpec(
+    name="gluon",
+    archs=("sm_90",),
+    ops=("fwd",),
+    functional={"dtype": ("fp16", "bf16"), "head_dim": (64, 128), "causal": (False, True)},
+    configs={"fwd": FWD_CONFIGS},
+    steps=steps,
+    default_config=default_config,
+    excluded=excluded,
+    priority=1000,
+    provenance={"license": "MIT", "origin": "attnpack (aot/kernels/gluon_attn), original code; "
+                "built, not run: correctness and speed unmeasured"},
+)

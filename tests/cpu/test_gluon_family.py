@@ -1,0 +1,155 @@
+"""The Gluon family on the CPU: build, verify, and launch through the recording driver.
+
+The kernels are never run here (docs/gluon-family.md); these tests pin the part that can be
+checked without a GPU: that the archive's launch spec passes each host TMA descriptor exactly
+as Triton 3.6's own launcher would (descriptor, then the tensor's shape and strides), at the
+offsets the cubin declares, and that the runtime encodes each descriptor from the problem with
+the arguments Triton's fill_tma_descriptor uses.
+"""
+import math
+import struct
+
+import pytest
+
+from attnpack import abi
+from attnpack import runtime as rt
+from attnpack.archive import read_archive
+from attnpack.archive.elf import kernel_facts
+from attnpack.archive.verify import verify_archive
+from attnpack.build import BuildRequest, build_archives
+from attnpack.build.builder import plan_variants
+from attnpack.family import load_families
+from test_runtime_fixtures import PARAM_ALIGN, PARAM_SIZE, param_offsets
+
+LOG2E = 1.4426950408889634
+KERNEL = "gluon/fwd/bf16-d128-causal/M64_N128_stages2"
+
+
+@pytest.fixture(scope="module")
+def gluon_archive(tmp_path_factory):
+    """The gluon family's bf16 head-dim-128 variants for sm_90 (8 kernels), with the
+    checked-in tuning database present (its triton entries are filtered out, not an error)."""
+    out = tmp_path_factory.mktemp("gluon")
+    req = BuildRequest(archs=("sm_90",), out_dir=out, all_variants=True, families=("gluon",),
+                       dtypes=("bf16",), head_dims=(128,), jobs=2,
+                       cache_dir=tmp_path_factory.mktemp("cache"))
+    [path] = build_archives(req)
+    return path
+
+
+def test_archive_verifies_with_no_problems(gluon_archive):
+    ar, problems, warnings = verify_archive(gluon_archive)
+    assert problems == [] and warnings == []
+    assert len(ar.kernels) == 8
+    assert {k["family"] for k in ar.kernels} == {"gluon"}
+
+
+def test_descriptor_params_are_tritons_expansion_at_the_cubins_offsets(gluon_archive):
+    ar = read_archive(gluon_archive)
+    [step] = ar.kernel(KERNEL)["steps"]
+    expansion = lambda d, t: [[d, "tensormap", 1], ["B", "i32", 1],
+                              ["Hkv" if t in "kv" else "Hq", "i32", 1],
+                              ["Sk" if t in "kv" else "Sq", "i32", 1], ["D", "i32", 1],
+                              *[[f"{t}_stride_{a}", "i64", 1] for a in "bhsd"]]
+    assert step["params"] == [
+        *expansion("q_desc", "q"), *expansion("k_desc", "k"), *expansion("v_desc", "v"),
+        *expansion("o_desc", "o"), ["lse", "ptr", 16], ["Hq", "i32", 1], ["Hkv", "i32", 1],
+        ["Sq", "i32", 1], ["Sk", "i32", 1], ["sm_scale_log2", "f32", 1],
+        ["global_scratch", "ptr", 1], ["profile_scratch", "ptr", 1]]
+    # d128 with a 128-byte swizzle: TMA boxes are 64 elements (128 bytes) wide, so the kernel
+    # copies each tile as two boxes and the descriptor is encoded with the 64-wide box.
+    assert step["tensormaps"] == [
+        {"param": p, "tensor": p[0], "box": [1, 1, rows, 64], "swizzle": 128,
+         "l2_promotion": 128, "oob_fill": "zero"}
+        for p, rows in (("q_desc", 64), ("k_desc", 128), ("v_desc", 128), ("o_desc", 64))]
+    facts = kernel_facts(ar.image(step["image"]), step["symbol"])
+    types = [p[1] for p in step["params"]]
+    assert facts.param_base == 0x210
+    assert facts.params == [(off, PARAM_SIZE[t]) for off, t in zip(param_offsets(types), types)]
+    # descriptors at 48, 240, 432, 624: 64-byte aligned in the constant bank, not in the buffer
+    assert [off for off, size in facts.params if size == 128] == [48, 240, 432, 624]
+    assert step["kernarg_size"] == facts.kernarg_size == 848
+    assert step["block"] == [384, 1, 1]   # 4 + 4 consumer warps + 1 load warp, padded to 12
+    assert step["grid"] == [[["Sq", 128]], [["B", 1], ["Hq", 1]], []]
+
+
+def test_gluon_is_never_a_default():
+    families = load_families()
+    assert families["gluon"].priority == 1000 and families["gluon"].archs == ("sm_90",)
+    variants, defaults = plan_variants(BuildRequest(archs=("sm_90",), out_dir=None), "sm_90",
+                                       families)
+    assert not [v.name for v in variants if v.family == "gluon"]
+    assert {v.family for v in defaults} == {"triton"}
+    everything, _ = plan_variants(BuildRequest(archs=("sm_90",), out_dir=None, all_variants=True),
+                                  "sm_90", families)
+    assert len([v for v in everything if v.family == "gluon"]) == 32
+
+
+def _expected_args(step: dict, values: dict) -> bytes:
+    """Packed arguments, written from the spec independently of the runtime: each value at the
+    cubin layout's offset; a descriptor slot holds what the recording driver writes there (the
+    viewed tensor's address, then zeros)."""
+    types = [p[1] for p in step["params"]]
+    offsets = param_offsets(types)
+    out = bytearray(step["kernarg_size"])
+    pack = {"ptr": "<Q", "i64": "<q", "i32": "<i", "f32": "<f", "tensormap": "<Q"}
+    for (word, typ, _), off in zip(step["params"], offsets):
+        assert off % PARAM_ALIGN[typ] == (0 if typ != "tensormap" else 48)
+        struct.pack_into(pack[typ], out, off, values[word])
+    return bytes(out)
+
+
+def test_recorded_launch_packs_descriptors_shapes_and_strides(gluon_archive):
+    ar = read_archive(gluon_archive)
+    [step] = ar.kernel(KERNEL)["steps"]
+    # BSHD q/o, BHSD k/v, GQA 4, Sq != Sk, an explicit scale
+    B, Hq, Hkv, Sq, Sk, D = 3, 32, 8, 1000, 17, 128
+    ptr = {"q": 0x7f0000001000, "k": 0x7f0000101000, "v": 0x7f0000201000,
+           "o": 0x7f0000301000, "lse": 0x7f0000401000}
+    strides = {"q": (Sq * Hq * D, D, Hq * D, 1), "o": (Sq * Hq * D, D, Hq * D, 1),
+               "k": (Hkv * Sk * D, Sk * D, D, 1), "v": (Hkv * Sk * D, Sk * D, D, 1)}
+    prob = rt.make_problem("fwd", "bf16", B=B, Hq=Hq, Hkv=Hkv, Sq=Sq, Sk=Sk, D=D, causal=True,
+                           scale=0.3, strides=strides, pointers=ptr, kernel=KERNEL)
+    with rt.Bundle(gluon_archive, recording=True) as bundle:
+        bundle.forward(prob, stream=0x1234)
+        [launch] = bundle.recorded_launches()["launches"]
+    scale = struct.unpack("<f", struct.pack("<f", 0.3 * LOG2E))[0]
+    values = {"B": B, "Hq": Hq, "Hkv": Hkv, "Sq": Sq, "Sk": Sk, "D": D, "sm_scale_log2": scale,
+              "lse": ptr["lse"], "global_scratch": 0, "profile_scratch": 0,
+              **{f"{t}_desc": ptr[t] for t in "qkvo"}}
+    for t in "qkvo":
+        for axis, stride in zip("bhsd", strides[t]):
+            values[f"{t}_stride_{axis}"] = stride
+    assert bytes.fromhex(launch["args"]) == _expected_args(step, values)
+    assert launch["arg_offsets"] == param_offsets([p[1] for p in step["params"]])
+    assert launch["grid"] == [math.ceil(Sq / 128), B * Hq, 1]
+    assert launch["block"] == [384, 1, 1] and launch["cluster"] == [1, 1, 1]
+    assert launch["shared"] == step["shared"] > 160 * 1024
+    # What Triton's fill_tma_descriptor passes to cuTensorMapEncodeTiled: dims innermost first,
+    # byte strides of dims 1.., the compiled box, element strides 1, no interleave, 128-byte
+    # swizzle (3), L2 promotion 128B (2), no OOB NaN fill (0); bf16 is CU_TENSOR_MAP_DATA_TYPE 9.
+    def encode(t, s, h):
+        sb, sh, ss, _ = strides[t]
+        rows = 64 if t in "qo" else 128
+        return {"data_type": 9, "rank": 4, "address": ptr[t], "dims": [D, s, h, B],
+                "strides": [ss * 2, sh * 2, sb * 2], "box": [64, rows, 1, 1],
+                "element_strides": [1, 1, 1, 1], "interleave": 0, "swizzle": 3,
+                "l2_promotion": 2, "oob_fill": 0}
+    assert launch["tensormaps"] == [encode("q", Sq, Hq), encode("k", Sk, Hkv),
+                                    encode("v", Sk, Hkv), encode("o", Sq, Hq)]
+
+
+def test_descriptor_pitch_and_alignment_are_checked(gluon_archive):
+    ptrs = {t: 0x7f0000000000 + (i << 24) for i, t in enumerate(("q", "k", "v", "o", "lse"))}
+    base = dict(B=1, Hq=8, Hkv=8, Sq=128, Sk=128, D=128, causal=True, kernel=KERNEL,
+                pointers=ptrs)
+    with rt.Bundle(gluon_archive, recording=True) as bundle:
+        # a q row pitch of 136 elements (272 bytes) is fine; 132 (264 bytes) is not 16-byte
+        with pytest.raises(rt.Unsupported) as e:
+            bundle.forward(rt.make_problem("fwd", "bf16", **base,
+                                           strides={"q": (8 * 128 * 132, 128 * 132, 132, 1)}))
+        assert e.value.reason == ("q_stride_s=132 is a 264-byte pitch, not a multiple of 16 "
+                                  "(tensor map q_desc)")
+        bundle.forward(rt.make_problem("fwd", "bf16", **base,
+                                       strides={"q": (8 * 128 * 136, 128 * 136, 136, 1)}))
+        assert len(bundle.recorded_launches()["launches"]) == 1

@@ -1,0 +1,151 @@
+"""The Gluon ping-pong forward (aot/kernels/gluon_attn) on the GPU, every kernel forced by name.
+
+Built on the CPU, never run before this test (docs/gluon-family.md). Each kernel of
+`attnpack build --arch sm_90 --family gluon --all` runs through libattnpack (forced with
+`kernel=name`) and is compared, O and LSE, against fp32 math SDPA over the runtime test grid;
+the Triton family's backward (a second archive, through the runtime too) is then given the
+Gluon forward's O and LSE and its gradients are checked, so the LSE contract holds across
+families. Bounds are the triton family's (tests/gpu/test_triton_attn_jit.py).
+
+A deadlock (a barrier phase wrong) would hang the process, so each kernel first runs once in a
+child process with a timeout: a hang fails that kernel's smoke test by name.
+
+    ATTNPACK_RUNTIME_LIB=build-gpu/runtime/libattnpack.so \\
+        python3 -m pytest tests/gpu/test_gluon_attn.py -x -q
+"""
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+if not torch.cuda.is_available() or torch.version.hip is not None:
+    pytest.skip("needs a CUDA GPU (sm_90)", allow_module_level=True)
+if torch.cuda.get_device_capability() != (9, 0):
+    pytest.skip("the gluon family is built for sm_90 only", allow_module_level=True)
+
+import test_triton_attn_jit as family_check
+
+from attnpack import runtime as rt
+from attnpack.archive import read_archive
+from attnpack.build import BuildRequest, build_archives
+
+SEQS = (1, 17, 128, 1000, 4096)
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+SMOKE_TIMEOUT_S = 120
+
+
+@pytest.fixture(scope="session")
+def archives(tmp_path_factory):
+    """(gluon archive: every declared variant; triton archive: the default backward)."""
+    jobs = os.cpu_count() or 1
+    gluon_dir, triton_dir = tmp_path_factory.mktemp("gluon"), tmp_path_factory.mktemp("triton")
+    (gluon,) = build_archives(BuildRequest(archs=("sm_90",), out_dir=gluon_dir, jobs=jobs,
+                                           all_variants=True, families=("gluon",)))
+    (triton,) = build_archives(BuildRequest(archs=("sm_90",), out_dir=triton_dir, jobs=jobs,
+                                            families=("triton",), ops=("bwd",),
+                                            head_dims=(64, 128)))
+    return gluon, triton
+
+
+def gluon_kernels(archive, dtype, head_dim, causal) -> list[str]:
+    return [k["name"] for k in read_archive(archive).kernels
+            if k["key"] == {"dtype": dtype, "head_dim": head_dim, "causal": causal}]
+
+
+def all_kernels():
+    from attnpack.family import load_families
+    return [v.name for v in load_families()["gluon"].all_variants("sm_90")]
+
+
+@pytest.mark.parametrize("name", all_kernels())
+def test_smoke_each_kernel_finishes(archives, name):
+    """One launch per kernel in a child process: finishes, no NaN, O and LSE roughly right."""
+    gluon, _ = archives
+    script = textwrap.dedent(f"""
+        import math, torch
+        from attnpack import runtime as rt
+        import test_triton_attn_jit as fc
+        name = {name!r}
+        dtype, d, causal = name.split("/")[2].split("-")
+        dt, D, causal = {{"bf16": torch.bfloat16, "fp16": torch.float16}}[dtype], int(d[1:]), causal == "causal"
+        q, k, v = (torch.randn(2, 4, 300, D, device="cuda", dtype=dt) for _ in range(3))
+        o = torch.full_like(q, float("nan"))
+        lse = torch.full(q.shape[:3], float("nan"), device="cuda")
+        with rt.Bundle({str(gluon)!r}) as b:
+            rt.forward(b, q, k, v, causal=causal, out=o, lse=lse, kernel=name)
+            torch.cuda.synchronize()
+        ref = fc.reference(q, k, v, torch.zeros_like(q), causal, 1 / math.sqrt(D))
+        print("o", (o.float() - ref[0]).abs().max().item(), "lse", (lse - ref[1]).abs().max().item())
+        assert not o.isnan().any() and not lse.isnan().any()
+        assert (o.float() - ref[0]).abs().max().item() < 2e-2
+        assert (lse - ref[1]).abs().max().item() < 1e-3
+    """)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    try:
+        done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                              text=True, timeout=SMOKE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{name}: no result after {SMOKE_TIMEOUT_S} s (deadlock?)")
+    assert done.returncode == 0, f"{name}:\n{done.stdout}\n{done.stderr[-3000:]}"
+
+
+def _grid():
+    cases = []
+    for B in (1, 3):
+        for Hq, Hkv in ((8, 8), (32, 8)):
+            for sq in SEQS:
+                for sk in SEQS:
+                    for d in (64, 128):
+                        for causal in (False, True):
+                            for dtype in ("bf16", "fp16"):
+                                cases.append((B, Hq, Hkv, sq, sk, d, causal, dtype))
+    return cases
+
+
+@pytest.mark.parametrize("B,Hq,Hkv,Sq,Sk,D,causal,dtype", _grid())
+def test_forward_and_triton_backward_match_math_sdpa(archives, B, Hq, Hkv, Sq, Sk, D, causal,
+                                                     dtype):
+    gluon, triton = archives
+    torch.manual_seed(Sq * 7919 + Sk * 31 + D + Hq + B)
+    dt, scale = DTYPES[dtype], 1.0 / math.sqrt(D)
+
+    def make(h, s):  # B=3: BSHD views (non-contiguous), as the runtime tests do
+        if B == 3:
+            return torch.randn(B, s, h, D, device="cuda", dtype=dt).transpose(1, 2)
+        return torch.randn(B, h, s, D, device="cuda", dtype=dt)
+
+    q, k, v, do = make(Hq, Sq), make(Hkv, Sk), make(Hkv, Sk), make(Hq, Sq)
+    ref = family_check.reference(q, k, v, do, causal, scale)
+    backend, *theirs = family_check.pytorch_backend(q, k, v, do, causal, scale)
+    names = gluon_kernels(gluon, dtype, D, causal)
+    assert len(names) == 4
+    with rt.Bundle(gluon) as fwd_bundle, rt.Bundle(triton) as bwd_bundle:
+        for name in names:
+            o = torch.full_like(q, float("nan"))  # poisoned: unwritten elements fail
+            lse = torch.full(q.shape[:3], float("nan"), device="cuda", dtype=torch.float32)
+            rt.forward(fwd_bundle, q, k, v, causal=causal, scale=scale, out=o, lse=lse,
+                       kernel=name)
+            dq, dk, dv = (torch.full_like(t, float("nan")) for t in (q, k, v))
+            rt.backward(bwd_bundle, do, q, k, v, o, lse, causal=causal, scale=scale,
+                        dq=dq, dk=dk, dv=dv)
+            torch.cuda.synchronize()
+            report = {"kernel": name, "yardstick": backend}
+            for label, got in zip(("o", "lse", "dq", "dk", "dv"), (o, lse, dq, dk, dv)):
+                assert not got.isnan().any(), f"{label}: NaN (unwritten or bad masking); {report}"
+            lse_err = (lse - ref[1]).abs().max().item()
+            report["lse"] = lse_err
+            assert lse_err <= family_check.LSE_TOL * max(1.0, ref[1].abs().max().item()), report
+            for label, got, want, other in zip(("o", "dq", "dk", "dv"), (o, dq, dk, dv),
+                                               (ref[0], *ref[2:]), theirs):
+                err = (got.float() - want).abs().max().item()
+                their_err = (other.float() - want).abs().max().item()
+                bound = max(2 * their_err, family_check.FLOOR[dtype]
+                            * max(want.abs().max().item(), family_check.MIN_SCALE))
+                report[label] = f"{err:.2e} (theirs {their_err:.2e})"
+                assert err <= bound, f"{label}: error {err:.3e} > bound {bound:.3e}; {report}"
