@@ -197,7 +197,7 @@ def build_archives(req: BuildRequest, progress: Callable[[int, str], Callable[[i
     total = sum(len(j) for j in jobs.values())
     advance = progress(total, f"compiling {total} kernels for {', '.join(req.archs)}")
     keyed = {arch: [(job.cache_key(), job) for job in arch_jobs] for arch, arch_jobs in jobs.items()}
-    compiled = compile_jobs([job for arch in req.archs for job in jobs[arch]], cache,
+    compiled = compile_jobs([pair for arch in req.archs for pair in keyed[arch]], cache,
                             workers=max(1, req.jobs), timeout=req.timeout, on_done=advance,
                             stats=req.stats)
     paths = []

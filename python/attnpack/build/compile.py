@@ -182,10 +182,10 @@ class CompileStats:
     cache_hits: int = 0
 
 
-def compile_jobs(jobs: list[CompileJob], cache: CompileCache, workers: int, timeout: float,
-                 on_done: Callable[[int], None] = lambda n: None,
+def compile_jobs(jobs: list[tuple[str, CompileJob]], cache: CompileCache, workers: int,
+                 timeout: float, on_done: Callable[[int], None] = lambda n: None,
                  stats: CompileStats | None = None) -> dict[str, CompiledStep]:
-    """Compile every job (deduplicated by cache key); returns key -> CompiledStep.
+    """Compile every (cache key, job), deduplicated by key; returns key -> CompiledStep.
 
     The first failure or timeout stops the build: the remaining workers are killed and the
     failing kernels are reported by name with the compiler's error.
@@ -193,9 +193,9 @@ def compile_jobs(jobs: list[CompileJob], cache: CompileCache, workers: int, time
     stats = stats if stats is not None else CompileStats()
     results: dict[str, CompiledStep] = {}
     pending: list[tuple[str, CompileJob]] = []
-    for job in jobs:
-        key = job.cache_key()
-        if key in results or any(k == key for k, _ in pending):
+    queued: set[str] = set()
+    for key, job in jobs:
+        if key in results or key in queued:
             on_done(1)
             continue
         hit = cache.get(key)
@@ -205,6 +205,7 @@ def compile_jobs(jobs: list[CompileJob], cache: CompileCache, workers: int, time
             on_done(1)
         else:
             pending.append((key, job))
+            queued.add(key)
 
     ctx = multiprocessing.get_context("fork")
     running: dict = {}  # conn -> (key, job, process, start)
