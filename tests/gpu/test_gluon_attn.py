@@ -10,7 +10,7 @@ families. Bounds are the triton family's (tests/gpu/test_triton_attn_jit.py).
 A deadlock (a barrier phase wrong) would hang the process, so each kernel first runs once in a
 child process with a timeout: a hang fails that kernel's smoke test by name.
 
-    ATTNPACK_RUNTIME_LIB=build-gpu/runtime/libattnpack.so \\
+    ATTNPACK_TEST_GLUON=1 ATTNPACK_RUNTIME_LIB=build-gpu/runtime/libattnpack.so \\
         python3 -m pytest tests/gpu/test_gluon_attn.py -x -q
 """
 from __future__ import annotations
@@ -24,6 +24,11 @@ import textwrap
 import pytest
 import torch
 
+# Opt-in until the family has run correctly once: a wrong barrier phase hangs every kernel, and
+# 32 smoke timeouts would eat a device session's whole budget inside run_gpu_tests.sh.
+if os.environ.get("ATTNPACK_TEST_GLUON") != "1":
+    pytest.skip("the gluon family has never run; ATTNPACK_TEST_GLUON=1 tests it "
+                "(docs/gluon-family.md)", allow_module_level=True)
 if not torch.cuda.is_available() or torch.version.hip is not None:
     pytest.skip("needs a CUDA GPU (sm_90)", allow_module_level=True)
 if torch.cuda.get_device_capability() != (9, 0):
@@ -37,7 +42,7 @@ from attnpack.build import BuildRequest, build_archives
 
 SEQS = (1, 17, 128, 1000, 4096)
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-SMOKE_TIMEOUT_S = 120
+SMOKE_TIMEOUT_S = 30  # one small launch, module load included
 
 
 @pytest.fixture(scope="session")
