@@ -19,7 +19,7 @@ from attnpack.archive import read_archive
 from attnpack.archive.format import PREAMBLE
 from test_runtime_fixtures import (expect_error, flipped, patched, rehashed,  # noqa: F401
                                    synthetic_archive, toy_archives, triton_fwd_archive,
-                                   write_synthetic, attention_kernels)
+                                   write_synthetic, attention_kernels, run_threads)
 
 S = rt.Status
 
@@ -305,10 +305,6 @@ def test_many_threads_open_and_select_at_once(toy_archives, synthetic_archive):
         except Exception as e:  # pragma: no cover - reported below
             errors.append(e)
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    run_threads(worker, 8)
     assert errors == []
     assert len(results) == 8 * 25 * 2 and all(results)

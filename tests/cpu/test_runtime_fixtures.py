@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import os
 import random
+import threading
 from pathlib import Path
 
 import pytest
@@ -269,3 +270,12 @@ def synthetic_archive(tmp_path_factory) -> Path:
     """fwd+bwd, fp16+bf16, head dims 64 and 128, causal and full, for sm_90."""
     return write_synthetic(tmp_path_factory.mktemp("runtime_synth") / "attnpack-0.1.0-sm_90.apk",
                            attention_kernels())
+
+
+def run_threads(worker, count: int) -> None:
+    """Runs worker(0) .. worker(count - 1) on their own threads and waits for all of them."""
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()

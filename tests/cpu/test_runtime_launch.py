@@ -15,7 +15,7 @@ from attnpack.archive import read_archive
 from test_runtime_fixtures import (PARAM_ALIGN, attention_kernels, expect_error,  # noqa: F401
                                    kernarg_size, kernel, param_offsets, step, strides_of, synthetic_archive,
                                    toy_archives, triton_fwd_archive, write_synthetic, FWD_WORDS,
-                                   PER_Q_TILE)
+                                   PER_Q_TILE, run_threads)
 
 S = rt.Status
 LOG2E = 1.4426950408889634
@@ -312,11 +312,7 @@ def test_concurrent_first_calls_load_each_image_exactly_once(synthetic_archive):
             except Exception as e:  # pragma: no cover - reported below
                 errors.append(e)
 
-        threads = [threading.Thread(target=worker, args=(i,)) for i in range(16)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        run_threads(worker, 16)
         assert errors == []
         stats = bundle.stats()
         # every synthetic kernel shares image 0: one load for 160 launches on 16 threads
