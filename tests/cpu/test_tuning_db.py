@@ -137,3 +137,23 @@ def test_seed_untuned_uses_the_family_defaults():
     assert db.provenance["status"] == "untuned"
     assert [e["kernel"] for _, e in sorted(db.entries.items())] == [
         "toy/bwd/fp16-d32-full/BLOCK16_warps1", "toy/fwd/fp16-d32-causal/BLOCK16_warps1"]
+
+
+def test_timing_shape_stays_within_grid_and_memory_and_flops_count_visible_pairs():
+    from attnpack.tune.runner import (MAX_GRID_Y, TIMED_BYTES, TIMED_FLOP, causal_pairs, flops,
+                                      standard_keys, timing_shape)
+    for key in standard_keys():
+        B, Hq, Hkv, Sq, Sk, D = timing_shape(key)
+        assert B * Hq <= MAX_GRID_Y, key
+        assert 2 * D * B * (2 * Hq * Sq + 2 * Hkv * Sk) <= TIMED_BYTES, key
+        # else B grows until the call does TIMED_FLOP
+        per_batch = flops("fwd", 1, Hq, Sq, Sk, D, key.causal)
+        assert B * per_batch >= TIMED_FLOP or B == 1 or B * Hq > MAX_GRID_Y - Hq \
+            or 2 * D * (B + 1) * (2 * Hq * Sq + 2 * Hkv * Sk) * (2 if key.op == "bwd" else 1) \
+            > TIMED_BYTES, key
+    # top-left causal: query i sees min(i + 1, Sk) keys
+    brute = lambda sq, sk: sum(min(i + 1, sk) for i in range(sq))
+    for sq, sk in ((1, 1), (5, 5), (3, 9), (9, 3), (128, 4096), (4096, 1024)):
+        assert causal_pairs(sq, sk) == brute(sq, sk)
+    assert flops("fwd", 2, 3, 8, 8, 16, False) == 4 * 2 * 3 * 8 * 8 * 16
+    assert flops("bwd", 1, 1, 128, 4096, 64, True) == 2.5 * 4 * 128 * 129 // 2 * 64

@@ -32,6 +32,8 @@ TIMED_FLOP = 2e11        # forward FLOPs per timed call; ~0.3 ms on an H200 in b
 CHECK_HEADS_KV = 2        # the correctness check runs at B=1, Hkv=2
 REPS, WARMUP = 20, 5
 L2_FLUSH_BYTES = 256 << 20
+MAX_GRID_Y = 65535
+TIMED_BYTES = 8 << 30
 
 
 @dataclass(frozen=True)
@@ -64,16 +66,30 @@ def standard_keys(ops=("fwd", "bwd"), dtypes=("bf16", "fp16"), head_dims=(64, 12
 
 
 def flops(op: str, B: int, Hq: int, Sq: int, Sk: int, D: int, causal: bool) -> float:
-    """FlashAttention convention: 4·B·Hq·Sq·Sk·D forward, halved when causal; bwd 2.5x."""
-    f = 4.0 * B * Hq * Sq * Sk * D * (0.5 if causal else 1.0)
-    return f * (2.5 if op == "bwd" else 1.0)
+    """4·B·Hq·D per visible (query, key) pair forward; bwd 2.5x. Without a mask every pair is
+    visible (FlashAttention's 4·B·Hq·Sq·Sk·D). Causal is top-left aligned, as F.sdpa's: query
+    i sees keys 0..i, so Sq << Sk does a sliver of the work, not half of it."""
+    pairs = causal_pairs(Sq, Sk) if causal else Sq * Sk
+    return 4.0 * B * Hq * pairs * D * (2.5 if op == "bwd" else 1.0)
+
+
+def causal_pairs(Sq: int, Sk: int) -> int:
+    """(query, key) pairs a top-left causal mask keeps: sum over i < Sq of min(i + 1, Sk)."""
+    if Sq <= Sk:
+        return Sq * (Sq + 1) // 2
+    return Sk * (Sk + 1) // 2 + (Sq - Sk) * Sk
 
 
 def timing_shape(key: TuneKey) -> tuple[int, int, int, int, int, int]:
-    """(B, Hq, Hkv, Sq, Sk, D): Hkv=8, Hq=8·gqa, B grown until a call does TIMED_FLOP."""
+    """(B, Hq, Hkv, Sq, Sk, D): Hkv=8, Hq=8·gqa, B grown until a call does TIMED_FLOP, but
+    B·Hq stays within a launch grid's y dimension (MAX_GRID_Y), where the kernels put it, and
+    q, k, v, o (with their gradients for bwd) within TIMED_BYTES."""
     hkv, hq = 8, 8 * key.gqa
     per_batch = flops("fwd", 1, hq, key.sq, key.sk, key.head_dim, key.causal)
-    B = max(1, min(2048, math.ceil(TIMED_FLOP / per_batch)))
+    bytes_per_batch = 2 * key.head_dim * (2 * hq * key.sq + 2 * hkv * key.sk) * (
+        2 if key.op == "bwd" else 1)
+    B = max(1, min(MAX_GRID_Y // hq, TIMED_BYTES // bytes_per_batch,
+                   math.ceil(TIMED_FLOP / per_batch)))
     return B, hq, hkv, key.sq, key.sk, key.head_dim
 
 
@@ -286,8 +302,17 @@ def tune_key(torch, runtime, bundle, bench: Bench, index: dict, key: TuneKey, lo
     # 3: steady-state timing at a size where launch overhead cannot decide
     B, Hq, Hkv, Sq, Sk, D = timing_shape(key)
     q, k, v, do = _inputs(torch, dtype, B, Hq, Hkv, Sq, Sk, D, grad)
-    times = {n: bench.median_us(Candidate(runtime, bundle, n, key, scale).timed(torch, q, k, v, do))
-             for n in survivors}
+    times = {}
+    for n in survivors:
+        try:
+            times[n] = bench.median_us(Candidate(runtime, bundle, n, key, scale).timed(
+                torch, q, k, v, do))
+        except runtime.AttnpackError as e:  # refuses the timing shape: recorded, not selected
+            rejected.append({"kernel": n, "error": f"at the timing shape: {e}", "bound": bound})
+            log(f"  {n}: {e}")
+    if not times:
+        log(f"skip {key_text(key.db_key)}: no candidate runs the timing shape")
+        return None
     best = min(times, key=times.get)
     # 5: PyTorch's own backends on the same shape
     natives = native_times(torch, bench, key, q, k, v, do)
