@@ -157,3 +157,12 @@ def test_timing_shape_stays_within_grid_and_memory_and_flops_count_visible_pairs
         assert causal_pairs(sq, sk) == brute(sq, sk)
     assert flops("fwd", 2, 3, 8, 8, 16, False) == 4 * 2 * 3 * 8 * 8 * 16
     assert flops("bwd", 1, 1, 128, 4096, 64, True) == 2.5 * 4 * 128 * 129 // 2 * 64
+
+
+def test_docs_table_is_the_committed_sm_90_db():
+    """docs/tuning.md quotes `attnpack db show` of the committed db; retuning must update it."""
+    from attnpack.tune.db import load_db, render_show
+    root = Path(__file__).resolve().parents[2]
+    doc = (root / "docs" / "tuning.md").read_text()
+    block = doc.split("<!-- db show sm_90 -->\n```\n", 1)[1].split("```", 1)[0]
+    assert block == render_show(load_db(root / "aot" / "tuning_db" / "sm_90.jsonl"))

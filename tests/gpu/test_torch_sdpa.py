@@ -10,6 +10,7 @@ Skipped without CUDA. About 2-3 minutes on an H200.
 """
 from __future__ import annotations
 
+import collections
 import contextlib
 import itertools
 import json
@@ -120,6 +121,9 @@ GRID = list(itertools.product((1, 3), ((8, 8), (32, 8)), (1, 17, 128, 1000, 4096
                               (1, 17, 128, 1000, 4096), (64, 128), (False, True), ("bf16", "fp16")))
 
 
+SERVED_BY_PARITY = collections.Counter()  # kernel -> calls made by test_parity in this session
+
+
 def _id(case):
     b, (hq, hkv), sq, sk, d, causal, dt = case
     return f"B{b}-H{hq}x{hkv}-S{sq}x{sk}-d{d}-{'causal' if causal else 'full'}-{dt}"
@@ -139,6 +143,7 @@ def test_parity(case):
         return
     with counted() as stats:
         mine = fwd_bwd(q, k, v, do, **kw)
+    SERVED_BY_PARITY.update(stats["calls"])
     assert stats["fallbacks"] == {}, stats
     assert (served(stats, f"{entry}_fwd"), served(stats, f"{entry}_bwd")) == (1, 1), stats
     with native(), sdpa_kernel(SDPBackend.FLASH_ATTENTION if entry == "flash" else SDPBackend.EFFICIENT_ATTENTION):
@@ -151,6 +156,23 @@ def test_parity(case):
         # 1e-5: gradients that are exactly 0 in the reference (Sk=1, or one visible key)
         bound = max(2 * err_native, ULP[dtype] * r.abs().max().item() + 1e-5)
         assert err <= bound, f"{name}: error {err:.3g} > {bound:.3g} (PyTorch {entry}: {err_native:.3g})"
+
+
+def test_parity_ran_every_kernel_the_bundle_selects_for_the_grid():
+    """test_parity went through every kernel (hence every family: Gluon forwards on sm_90
+    where the tuning db picks them) that explain() predicts for its shapes, and nothing else."""
+    if not SERVED_BY_PARITY:
+        pytest.skip("test_parity did not run in this session")
+    predicted = set()
+    for b, (hq, hkv), sq, sk, d, causal, dt in GRID:
+        for op in ("fwd", "bwd"):
+            result = attnpack_torch.explain((b, hq, hkv, sq, sk, d), dt, causal=causal, op=op)
+            if result["served"]:
+                predicted.add(result["kernel"])
+    assert set(SERVED_BY_PARITY) == predicted
+    families = collections.Counter(name.split("/")[0] + "/" + name.split("/")[1]
+                                   for name in SERVED_BY_PARITY.elements())
+    print("calls per family/op over the parity grid:", dict(sorted(families.items())))
 
 
 def test_outputs_match_the_ops_contract():
