@@ -6,10 +6,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstring>
 #include <optional>
 #include <sstream>
+#include <string_view>
 #include <tuple>
 
 #include <msgpack.hpp>
@@ -33,31 +35,34 @@ uint32_t load_le32(const uint8_t* p) {
 }
 
 // A msgpack value plus the path that leads to it ("index.kernels[3].steps[0].grid"), so a
-// malformed field is reported by name.
+// malformed field is reported by name. The path is kept as steps and spelled out only for an
+// error message: opening an archive
+// visits every node, and building each path string eagerly was most of the open time. Keys
+// are literals or views into the parsed msgpack buffer, which outlives every Node.
 class Node {
  public:
-  Node(const msgpack::object& object, std::string path, const Archive& archive)
-      : object_(object), path_(std::move(path)), archive_(archive) {}
+  Node(const msgpack::object& object, const char* root, const Archive& archive)
+      : object_(object), root_(root), archive_(archive) {}
 
   [[noreturn]] void malformed(const std::string& what) const {
     fail(ATTNPACK_STATUS_ARCHIVE_CORRUPT,
-         archive_.describe(path_ + " " + what +
+         archive_.describe(path() + " " + what +
                            " — the archive and this runtime disagree on format " +
                            std::to_string(kFormatMajor) + ".x; rebuild the bundle"));
   }
 
   // A well-formed field that contradicts the rest of the index (a buggy or tampered writer).
   [[noreturn]] void inconsistent(const std::string& what) const {
-    fail(ATTNPACK_STATUS_ARCHIVE_CORRUPT, archive_.describe(path_ + " " + what + " — rebuild the bundle"));
+    fail(ATTNPACK_STATUS_ARCHIVE_CORRUPT, archive_.describe(path() + " " + what + " — rebuild the bundle"));
   }
 
-  const msgpack::object* find(const char* key) const {
+  const msgpack::object* find(std::string_view key) const {
     if (object_.type != msgpack::type::MAP) malformed("is not a map");
     const msgpack::object_map& map = object_.via.map;
     for (uint32_t i = 0; i < map.size; ++i) {
       const msgpack::object& k = map.ptr[i].key;
-      if (k.type == msgpack::type::STR && k.via.str.size == std::strlen(key) &&
-          std::memcmp(k.via.str.ptr, key, k.via.str.size) == 0) {
+      if (k.type == msgpack::type::STR && k.via.str.size == key.size() &&
+          std::memcmp(k.via.str.ptr, key.data(), key.size()) == 0) {
         return &map.ptr[i].val;
       }
     }
@@ -66,12 +71,12 @@ class Node {
   Node at(const char* key) const {
     const msgpack::object* value = find(key);
     if (!value) malformed(std::string("has no '") + key + "'");
-    return Node(*value, path_ + "." + key, archive_);
+    return child(*value, {key, 0});
   }
   std::optional<Node> maybe(const char* key) const {
     const msgpack::object* value = find(key);
     if (!value) return std::nullopt;
-    return Node(*value, path_ + "." + key, archive_);
+    return child(*value, {key, 0});
   }
 
   uint32_t length() const {
@@ -79,7 +84,7 @@ class Node {
     return object_.via.array.size;
   }
   Node item(uint32_t i) const {
-    return Node(object_.via.array.ptr[i], path_ + "[" + std::to_string(i) + "]", archive_);
+    return child(object_.via.array.ptr[i], {std::string_view(), i});
   }
 
   // Map entries in stored order (for the informational config map).
@@ -89,8 +94,8 @@ class Node {
     for (uint32_t i = 0; i < object_.via.map.size; ++i) {
       const msgpack::object_kv& kv = object_.via.map.ptr[i];
       if (kv.key.type != msgpack::type::STR) malformed("has a key that is not a string");
-      std::string key(kv.key.via.str.ptr, kv.key.via.str.size);
-      visit(key, Node(kv.val, path_ + "." + key, archive_));
+      std::string_view key(kv.key.via.str.ptr, kv.key.via.str.size);
+      visit(std::string(key), child(kv.val, {key, 0}));
     }
   }
 
@@ -137,8 +142,35 @@ class Node {
   }
 
  private:
+  struct Step {
+    std::string_view key;  // empty: an array item
+    uint32_t index;
+  };
+  static constexpr size_t kMaxDepth = 8;  // the index nests 6 deep; deeper paths end in "..."
+
+  Node child(const msgpack::object& object, Step step) const {
+    Node out(object, root_, archive_);
+    out.steps_ = steps_;
+    out.depth_ = depth_;
+    if (out.depth_ < kMaxDepth) out.steps_[out.depth_] = step;
+    ++out.depth_;
+    return out;
+  }
+
+  std::string path() const {
+    std::string out = root_;
+    for (size_t i = 0; i < std::min<size_t>(depth_, kMaxDepth); ++i) {
+      const Step& step = steps_[i];
+      out += step.key.empty() ? "[" + std::to_string(step.index) + "]" : "." + std::string(step.key);
+    }
+    if (depth_ > kMaxDepth) out += "...";
+    return out;
+  }
+
   const msgpack::object& object_;
-  std::string path_;
+  const char* root_;
+  std::array<Step, kMaxDepth> steps_{};
+  size_t depth_ = 0;
   const Archive& archive_;
 };
 

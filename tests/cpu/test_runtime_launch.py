@@ -63,8 +63,6 @@ def recorded(bundle) -> list[dict]:
 
 def test_triton_forward_arguments_grid_and_resources(triton_fwd_archive):
     ar = read_archive(triton_fwd_archive)
-    name = next(k["name"] for k in ar.kernels if k["key"]["causal"])
-    spec = ar.kernel(name)["steps"][0]
     # BSHD views with GQA, Sq != Sk, an explicit scale
     B, Hq, Hkv, Sq, Sk, D = 3, 32, 8, 1000, 17, 64
     prob = rt.make_problem("fwd", "fp16", B=B, Hq=Hq, Hkv=Hkv, Sq=Sq, Sk=Sk, D=D, causal=True,
@@ -76,8 +74,11 @@ def test_triton_forward_arguments_grid_and_resources(triton_fwd_archive):
                                      "v": 0x7f0000201000, "o": 0x7f0000301000,
                                      "lse": 0x7f0000401000})
     with rt.Bundle(triton_fwd_archive, recording=True) as bundle:
+        name = bundle.select(prob).name  # the tuning db's pick for this bucket, or the default
         bundle.forward(prob, stream=0x1234)
         [launch] = recorded(bundle)
+    assert name.startswith("triton/fwd/fp16-d64-causal/")
+    spec = ar.kernel(name)["steps"][0]
     values = word_values(prob)
     assert launch["symbol"] == spec["symbol"] == "attn_fwd"
     assert bytes.fromhex(launch["args"]) == expected_args(spec, values)
