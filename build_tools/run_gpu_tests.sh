@@ -5,6 +5,7 @@
 # Offline machines: put the wheels of zstandard and msgpack-cxx in .whl/ (README, "GPU runs").
 #   usage: build_tools/run_gpu_tests.sh [pytest args...]     logs go to $OUT (default ./gpu-logs)
 #   BENCH=1 also runs the runtime and torch overhead benchmarks after the tests.
+#   FILES="tests/gpu/test_torch_sdpa.py ..." runs only those test files.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-python3}
@@ -48,7 +49,7 @@ export ATTNPACK_RUNTIME_LIB=$PWD/build-gpu/runtime/libattnpack.so
 (cd build-gpu/runtime && ctest --output-on-failure) 2>&1 | tee "$LOGS/ctest.log" | tail -3
 # One pytest process per file, so a crash in one cannot hide the results of the others.
 status=0
-for file in tests/gpu/test_*.py; do
+for file in ${FILES:-tests/gpu/test_*.py}; do
   name=$(basename "$file" .py)
   $PY -X faulthandler -m pytest "$file" -v -rfEs --tb=short -p no:cacheprovider "$@" \
     > "$LOGS/$name.log" 2>&1 || status=$?
