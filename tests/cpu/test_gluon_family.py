@@ -1,7 +1,7 @@
 """The Gluon family on the CPU: build, verify, and launch through the recording driver.
 
-The kernels are never run here (docs/gluon-family.md); these tests pin the part that can be
-checked without a GPU: that the archive's launch spec passes each host TMA descriptor exactly
+The kernels run on the GPU in tests/gpu/test_gluon_attn.py; these tests pin the part that can
+be checked without one: that the archive's launch spec passes each host TMA descriptor exactly
 as Triton 3.6's own launcher would (descriptor, then the tensor's shape and strides), at the
 offsets the cubin declares, and that the runtime encodes each descriptor from the problem with
 the arguments Triton's fill_tma_descriptor uses.
