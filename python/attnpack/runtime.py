@@ -154,6 +154,7 @@ def library() -> ctypes.CDLL:
         "attnpack_stats": (status, [handle, ctypes.c_char_p, size, p(size)]),
         "attnpack_stats_reset": (status, [handle]),
         "attnpack_recorded_launches": (status, [handle, ctypes.c_char_p, size, p(size)]),
+        "attnpack_recording_set_device": (status, [handle, ctypes.c_int32]),
     }
     for name, (restype, argtypes) in signatures.items():
         fn = getattr(lib, name)
@@ -313,9 +314,14 @@ class Bundle:
         check(self._lib.attnpack_stats_reset(self.handle))
 
     def recorded_launches(self) -> dict:
-        """Recording bundles: {"launches": [...], "loaded": [...]}; forgets the launches."""
+        """Recording bundles: {"launches": [...], "loaded": [...], "loaded_devices": [...]};
+        forgets the launches."""
         return json.loads(_text(lambda buf, cap, n: self._lib.attnpack_recorded_launches(
             self.handle, buf, cap, n)))
+
+    def set_recording_device(self, device: int) -> None:
+        """Recording bundles: the calling thread pretends its current device is `device`."""
+        check(self._lib.attnpack_recording_set_device(self.handle, device))
 
     def kernel_image(self, kernel: str, step: int = 0) -> bytes:
         """The raw image a first load of this step hands the driver (inflated, sha256-checked)."""
@@ -361,6 +367,15 @@ def _stream(t) -> int:
     return torch.cuda.current_stream(t.device).cuda_stream
 
 
+def _device_of(t):
+    """The tensor's GPU made current: the runtime loads and launches in the calling thread's
+    context, which must be the tensors' (tensors on cuda:1 while cuda:0 is current)."""
+    import contextlib
+
+    import torch
+    return torch.cuda.device(t.device) if t.is_cuda else contextlib.nullcontext()
+
+
 def _workspace(bundle: Bundle, problem: Problem, device):
     import torch
     try:
@@ -384,8 +399,10 @@ def forward(bundle: Bundle, q, k, v, *, causal: bool = False, scale: float | Non
     problem = problem_from_tensors("fwd", q, k, v, o, lse, causal=causal, scale=scale,
                                    kernel=kernel)
     ws = _workspace(bundle, problem, q.device)
-    bundle.forward(problem, stream=_stream(q), workspace=ws.data_ptr() if ws is not None else None,
-                   workspace_size=ws.numel() if ws is not None else 0)
+    with _device_of(q):
+        bundle.forward(problem, stream=_stream(q),
+                       workspace=ws.data_ptr() if ws is not None else None,
+                       workspace_size=ws.numel() if ws is not None else 0)
     return o, lse
 
 
@@ -402,7 +419,9 @@ def backward(bundle: Bundle, do, q, k, v, o, lse, *, causal: bool = False,
     problem = problem_from_tensors("bwd", q, k, v, o, lse, do=do, dq=dq, dk=dk, dv=dv,
                                    causal=causal, scale=scale, kernel=kernel)
     ws = _workspace(bundle, problem, q.device)
-    bundle.backward(problem, stream=_stream(q), workspace=ws.data_ptr() if ws is not None else None,
-                    workspace_size=ws.numel() if ws is not None else 0)
+    with _device_of(q):
+        bundle.backward(problem, stream=_stream(q),
+                        workspace=ws.data_ptr() if ws is not None else None,
+                        workspace_size=ws.numel() if ws is not None else 0)
     return dq, dk, dv
 

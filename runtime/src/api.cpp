@@ -243,4 +243,8 @@ attnpack_status attnpack_recorded_launches(attnpack_bundle* bundle, char* buffer
   });
 }
 
+attnpack_status attnpack_recording_set_device(attnpack_bundle* bundle, int32_t device) {
+  return guarded([&] { bundle_of(bundle).set_recording_device(device); });
+}
+
 }  // extern "C"

@@ -328,4 +328,10 @@ RecordingDriver& Bundle::recording_driver() {
 std::string Bundle::recorded_launches() { return recording_driver().launches_json(); }
 void Bundle::clear_recorded_launches() { recording_driver().clear_launches(); }
 
+void Bundle::set_recording_device(int32_t device) {
+  recording_driver();  // INVALID_ARGUMENT for a bundle on a real driver
+  if (device < 0) fail(ATTNPACK_STATUS_INVALID_ARGUMENT, "device " + std::to_string(device) + " is negative");
+  RecordingDriver::set_thread_device(device);
+}
+
 }  // namespace attnpack

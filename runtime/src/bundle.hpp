@@ -60,6 +60,8 @@ class Bundle {
   void reset_stats();
   // Recording bundles only: JSON of the launches recorded so far, and forgetting them.
   std::string recorded_launches();
+  // Recording bundles only: the calling thread's pretend device from now on.
+  void set_recording_device(int32_t device);
   void clear_recorded_launches();
 
  private:

@@ -335,3 +335,37 @@ def test_preload_loads_ahead_so_launches_load_nothing(toy_archives):
         loaded = bundle.recorded_launches()["loaded"]
         assert sorted(s.split()[0] for s in loaded) == ["row_sums", "scale_rows"]
         assert bundle.stats()["modules_loaded"] == 2
+
+
+def test_each_device_loads_its_own_images_and_launches_only_them(toy_archives):
+    """Two pretend GPUs (the recording driver's devices are separate contexts): each loads the
+    image once, also under concurrent first calls, and a function loaded on device 0 is never
+    launched on device 1."""
+    fwd = rt.make_problem("fwd", "fp16", B=1, Hq=2, Hkv=2, Sq=16, Sk=16, D=32,
+                          pointers={"q": 0x10000, "o": 0x20000})
+    with rt.Bundle(toy_archives["sm_90"], recording=True) as bundle:
+        def worker(i):
+            bundle.set_recording_device(i % 2)
+            for _ in range(10):
+                bundle.forward(fwd)
+
+        run_threads(worker, 8)
+        record = bundle.recorded_launches()
+        assert bundle.stats()["modules_loaded"] == 2
+        # this thread never chose a device: device 0, whose image is loaded already
+        bundle.forward(fwd)
+        [launch] = bundle.recorded_launches()["launches"]
+        assert launch["device"] == 0 and bundle.stats()["modules_loaded"] == 2
+        expect_error(rt.Status.INVALID_ARGUMENT, bundle.set_recording_device, -1)
+    assert sorted(record["loaded_devices"]) == [0, 1]
+    assert len(record["loaded"]) == 2 and record["loaded"][0] == record["loaded"][1]
+    assert len(record["launches"]) == 80
+    assert sorted(launch["device"] for launch in record["launches"]) == [0] * 40 + [1] * 40
+    for launch in record["launches"]:
+        assert record["loaded_devices"][launch["function"] - 1] == launch["device"], launch
+
+
+def test_only_a_recording_bundle_pretends_devices(toy_archives):
+    with rt.Bundle(toy_archives["sm_90"], arch="sm_90") as bundle:
+        message = expect_error(rt.Status.INVALID_ARGUMENT, bundle.set_recording_device, 1)
+    assert "ATTNPACK_OPEN_RECORDING_DRIVER" in message

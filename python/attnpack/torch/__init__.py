@@ -108,13 +108,15 @@ def is_enabled() -> bool:
 
 def _empty_stats() -> dict:
     ops = ("flash_fwd", "flash_bwd", "efficient_fwd", "efficient_bwd")
-    return {"calls": {}, "fallbacks": {}, "ops": {op: {"served": 0, "fallback": 0} for op in ops},
-            "deterministic_backward": 0}
+    return {"calls": {}, "fallbacks": {}, "devices": {},
+            "ops": {op: {"served": 0, "fallback": 0} for op in ops}, "deterministic_backward": 0}
 
 
 def stats() -> dict:
-    """{"calls": {kernel: n}, "fallbacks": {reason: n}, "ops": {op: {"served", "fallback"}},
-    "deterministic_backward": n} since the process started or reset_stats()."""
+    """{"calls": {kernel: n}, "fallbacks": {reason: n}, "devices": {"cuda:N": {"calls": {...},
+    "fallbacks": {...}}}, "ops": {op: {"served", "fallback"}}, "deterministic_backward": n} since
+    the process started or reset_stats(); "devices" splits calls and fallbacks by the device of
+    the call's tensors."""
     extension = _extension.loaded()
     return extension.stats() if extension is not None else _empty_stats()
 

@@ -223,6 +223,13 @@ ATTNPACK_API attnpack_status attnpack_stats_reset(attnpack_bundle* bundle);
 ATTNPACK_API attnpack_status attnpack_recorded_launches(attnpack_bundle* bundle, char* buffer,
                                                         size_t capacity, size_t* length);
 
+/* A bundle opened with ATTNPACK_OPEN_RECORDING_DRIVER: from now on the calling thread's
+ * pretend device is `device` (0 until set), as cudaSetDevice would make it, for every recording
+ * bundle. Each pretend device is its own context: images load once per device, and each
+ * recorded launch names its device and the function it used (multi-GPU tests without GPUs).
+ * Other bundles, or a negative device: ATTNPACK_STATUS_INVALID_ARGUMENT. */
+ATTNPACK_API attnpack_status attnpack_recording_set_device(attnpack_bundle* bundle, int32_t device);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

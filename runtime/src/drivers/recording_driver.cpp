@@ -12,6 +12,7 @@ namespace {
 
 // Tensor maps encoded on this thread since its last launch: they belong to that launch.
 thread_local std::vector<TensorMapEncode> pending_tensormaps;
+thread_local int32_t thread_device = 0;
 
 std::string tensormap_json(const TensorMapEncode& e) {
   std::vector<uint64_t> dims(e.dims, e.dims + e.rank);
@@ -29,12 +30,17 @@ std::string tensormap_json(const TensorMapEncode& e) {
 
 }  // namespace
 
+void RecordingDriver::set_thread_device(int32_t device) { thread_device = device; }
+
+ContextKey RecordingDriver::current_context() { return ContextKey(thread_device) + 1; }
+
 DeviceInfo RecordingDriver::device_info() {
   DeviceInfo info;
   info.arch = arch_;
   info.num_sms = kNumSms;
   info.max_shared_per_block = arch_ == "gfx942" ? 65536 : arch_ == "gfx950" ? 163840 : 232448;
-  info.description = "recording driver (no GPU; " + arch_ + ", " + std::to_string(kNumSms) + " SMs)";
+  info.description = "recording driver (no GPU; " + arch_ + ", " + std::to_string(kNumSms) + " SMs, device " +
+                     std::to_string(thread_device) + ")";
   return info;
 }
 
@@ -45,6 +51,7 @@ LoadedFunction RecordingDriver::load(const std::vector<uint8_t>& image, const st
   std::this_thread::sleep_for(std::chrono::milliseconds(2));
   std::lock_guard<std::mutex> lock(mutex_);
   loaded_.push_back(symbol + " " + to_hex(sha256(image.data(), image.size()).data(), 32));
+  loaded_devices_.push_back(thread_device);
   LoadedFunction loaded;
   loaded.module = loaded.function = reinterpret_cast<void*>(uintptr_t(loaded_.size()));
   return loaded;
@@ -57,6 +64,7 @@ void RecordingDriver::launch(const KernelLaunch& launch) {
   record.args.assign(launch.args, launch.args + launch.args_size);
   record.offsets.assign(launch.arg_offsets, launch.arg_offsets + launch.num_args);
   record.tensormaps.swap(pending_tensormaps);
+  record.device = thread_device;
   std::lock_guard<std::mutex> lock(mutex_);
   launches_.push_back(std::move(record));
   if (launches_.size() > kKeptLaunches) launches_.pop_front();
@@ -75,6 +83,7 @@ std::string RecordingDriver::launches_json() {
   for (size_t i = 0; i < launches_.size(); ++i) {
     const Launch& r = launches_[i];
     out += std::string(i ? "," : "") + "{\"symbol\":" + json_string(r.symbol) +
+           ",\"device\":" + std::to_string(r.device) +
            ",\"function\":" + std::to_string(uintptr_t(r.launch.function)) +
            ",\"grid\":" + json_numbers(r.launch.grid) + ",\"block\":" + json_numbers(r.launch.block) +
            ",\"cluster\":" + json_numbers(r.launch.cluster) + ",\"shared\":" + std::to_string(r.launch.shared) +
@@ -86,7 +95,8 @@ std::string RecordingDriver::launches_json() {
   }
   out += "],\"loaded\":[";
   for (size_t i = 0; i < loaded_.size(); ++i) out += (i ? "," : "") + json_string(loaded_[i]);
-  return out + "]}";
+  std::vector<int64_t> devices(loaded_devices_.begin(), loaded_devices_.end());
+  return out + "],\"loaded_devices\":" + json_numbers(devices) + "}";
 }
 
 void RecordingDriver::clear_launches() {

@@ -1,6 +1,8 @@
 // A driver for tests and benchmarks: it loads nothing onto a GPU and launches nothing; it
 // records each launch (grid, block, cluster, shared memory, the packed argument bytes and the
 // tensor maps encoded for it). With it the whole launch path runs on a machine without a GPU.
+// It pretends to have any number of devices of one arch: each thread has a current device
+// (0 until set_thread_device), and each device is its own context, as on a multi-GPU machine.
 #pragma once
 
 #include <deque>
@@ -20,7 +22,9 @@ class RecordingDriver final : public Driver {
   explicit RecordingDriver(std::string arch) : arch_(std::move(arch)) {}
 
   const char* name() const override { return "recording"; }
-  ContextKey current_context() override { return 1; }
+  // The calling thread's pretend device, for every recording driver (cudaSetDevice's analogue).
+  static void set_thread_device(int32_t device);
+  ContextKey current_context() override;
   DeviceInfo device_info() override;
   LoadedFunction load(const std::vector<uint8_t>& image, const std::string& symbol,
                       uint32_t dynamic_shared, uint32_t cluster_size) override;
@@ -28,7 +32,8 @@ class RecordingDriver final : public Driver {
   void launch(const KernelLaunch& launch) override;
   void encode_tensormap(const TensorMapEncode& encode, void* descriptor) override;
 
-  // {"launches": [...oldest first], "loaded": ["symbol sha256", ...]}
+  // {"launches": [...oldest first, each with its "device"], "loaded": ["symbol sha256", ...],
+  //  "loaded_devices": [the device of each load]}; a launch's "function" is 1 + its load's index.
   std::string launches_json();
   void clear_launches();
 
@@ -41,12 +46,14 @@ class RecordingDriver final : public Driver {
     std::vector<uint8_t> args;
     std::vector<uint32_t> offsets;
     std::vector<TensorMapEncode> tensormaps;
+    int32_t device = 0;
   };
 
   std::string arch_;
   std::mutex mutex_;
   std::deque<Launch> launches_;
   std::vector<std::string> loaded_;  // "symbol sha256" per module load
+  std::vector<int32_t> loaded_devices_;  // the device of each load
 };
 
 }  // namespace attnpack

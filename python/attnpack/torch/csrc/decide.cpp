@@ -414,14 +414,24 @@ bool env_flag(const char* name) {
   return value && *value && std::strcmp(value, "0") != 0 && std::strcmp(value, "false") != 0;
 }
 
+struct DeviceStats {
+  std::map<std::string, uint64_t> kernels;    // served calls per kernel
+  std::map<std::string, uint64_t> fallbacks;  // fallbacks per reason
+};
+
 struct Stats {
   std::mutex mutex;
   std::map<std::string, uint64_t> kernels;    // served calls per kernel
   std::map<std::string, uint64_t> fallbacks;  // fallbacks per reason
+  std::map<std::string, DeviceStats> devices;  // the same, per device of the call ("cuda:1")
   std::array<uint64_t, kNumEntries> served{};
   std::array<uint64_t, kNumEntries> fell_back{};
   uint64_t deterministic_backward = 0;        // backward calls served in deterministic mode
 };
+
+std::string device_of(const Call& call) {
+  return call.query && call.query->defined() ? call.query->device().str() : "unknown";
+}
 
 Stats& stats() {
   static Stats* instance = new Stats();  // never destroyed: kernels may run during exit
@@ -448,6 +458,7 @@ void record_served(const Call& call, const Decision& decision) {
     Stats& s = stats();
     std::lock_guard<std::mutex> lock(s.mutex);
     ++s.kernels[decision.kernel.name];
+    ++s.devices[device_of(call)].kernels[decision.kernel.name];
     ++s.served[size_t(call.entry)];
     if (is_backward(call.entry) && call.deterministic) ++s.deterministic_backward;
   }
@@ -459,6 +470,7 @@ void record_fallback(const Call& call, const std::string& reason) {
     Stats& s = stats();
     std::lock_guard<std::mutex> lock(s.mutex);
     ++s.fallbacks[reason];
+    ++s.devices[device_of(call)].fallbacks[reason];
     ++s.fell_back[size_t(call.entry)];
   }
   if (logging()) log_once(call, "fallback: " + reason);
@@ -482,8 +494,16 @@ std::string stats_json() {
            ", \"fallback\": " + std::to_string(s.fell_back[e]) + "}";
   }
   ops += "}";
+  std::string devices = "{";
+  for (const auto& [device, d] : s.devices) {
+    if (devices.size() > 1) devices += ", ";
+    devices += json_string(device) + ": {\"calls\": " + counts(d.kernels) + ", \"fallbacks\": " +
+               counts(d.fallbacks) + "}";
+  }
+  devices += "}";
   return "{\"calls\": " + counts(s.kernels) + ", \"fallbacks\": " + counts(s.fallbacks) +
-         ", \"ops\": " + ops + ", \"deterministic_backward\": " + std::to_string(s.deterministic_backward) + "}";
+         ", \"devices\": " + devices + ", \"ops\": " + ops +
+         ", \"deterministic_backward\": " + std::to_string(s.deterministic_backward) + "}";
 }
 
 void reset_stats() {
@@ -491,6 +511,7 @@ void reset_stats() {
   std::lock_guard<std::mutex> lock(s.mutex);
   s.kernels.clear();
   s.fallbacks.clear();
+  s.devices.clear();
   s.served.fill(0);
   s.fell_back.fill(0);
   s.deterministic_backward = 0;
