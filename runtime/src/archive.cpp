@@ -36,9 +36,9 @@ uint32_t load_le32(const uint8_t* p) {
 
 // A msgpack value plus the path that leads to it ("index.kernels[3].steps[0].grid"), so a
 // malformed field is reported by name. The path is kept as steps and spelled out only for an
-// error message: opening an archive
-// visits every node, and building each path string eagerly was most of the open time. Keys
-// are literals or views into the parsed msgpack buffer, which outlives every Node.
+// error message: opening an archive visits every node, and building each path string eagerly
+// was most of the open time. Keys are literals or views into the parsed msgpack buffer, which
+// outlives every Node.
 class Node {
  public:
   Node(const msgpack::object& object, const char* root, const Archive& archive)
@@ -146,7 +146,8 @@ class Node {
     std::string_view key;  // empty: an array item
     uint32_t index;
   };
-  static constexpr size_t kMaxDepth = 8;  // the index nests 6 deep; deeper paths end in "..."
+  // index.kernels[i].steps[j].tensormaps[m].box[n] is 8 steps; deeper paths end in "..."
+  static constexpr size_t kMaxDepth = 10;
 
   Node child(const msgpack::object& object, Step step) const {
     Node out(object, root_, archive_);
