@@ -26,7 +26,10 @@ from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
 import attnpack.torch as attnpack_torch  # noqa: E402
 from attnpack import runtime as rt  # noqa: E402
-from test_torch_sdpa import ULP, counted, fwd_bwd, make, native, reference  # noqa: E402
+# `extension` is test_torch_sdpa's module fixture (autouse): it loads or builds the extension,
+# checks the bundle and enables attnpack for the module.
+from test_torch_sdpa import (ULP, counted, extension, fwd_bwd, make, native,  # noqa: E402,F401
+                             reference)
 
 NO_MULTICAST = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
                 "NVSHMEM_DISABLE_NVLS": "1"}
@@ -34,8 +37,7 @@ os.environ.update(NO_MULTICAST)
 
 
 @pytest.fixture(autouse=True)
-def enabled():
-    attnpack_torch.enable()
+def device_zero_current():
     torch.cuda.set_device(0)
     yield
     torch.cuda.set_device(0)
