@@ -26,8 +26,8 @@ import torch
 import triton
 
 sys.path.insert(0, str(Path(__file__).parent))
-from triton_family import (BACKENDS, SHAPES, flops, inputs, label, matmul_rate,  # noqa: E402
-                           pytorch, timed)
+from triton_family import (BACKENDS, SHAPES, flops, fmt, inputs, label,  # noqa: E402
+                           matmul_rate, pytorch, ratio_summary, timed)
 
 from attnpack import runtime as rt  # noqa: E402
 from attnpack.archive import read_archive  # noqa: E402
@@ -100,10 +100,6 @@ def bench(shapes, gluon_path, triton_path, warmup, rep, max_diff):
     return rows
 
 
-def fmt(x):
-    return "   -" if x is None else f"{x:4.0f}"
-
-
 def print_row(row):
     ratio = lambda x: f"{x / row['cudnn']:.2f}" if x and row.get("cudnn") else "   -"
     wrong = f"  WRONG: {', '.join(row['wrong'])}" if row["wrong"] else ""
@@ -139,8 +135,7 @@ def main(argv=None):
     for fam in ("gluon", "triton"):
         rs = [r[f"{fam}_tflops"] / r["cudnn"] for r in rows if r[f"{fam}_tflops"] and r["cudnn"]]
         if rs:
-            print(f"# {fam}/cuDNN: min {min(rs):.2f}, geomean "
-                  f"{math.exp(sum(map(math.log, rs)) / len(rs)):.2f}, max {max(rs):.2f}")
+            print(ratio_summary(f"{fam}/cuDNN:", rs))
     if args.json:
         args.json.write_text(json.dumps({"device": props.name, "matmul_tflops": rate,
                                          "results": rows}, indent=1))

@@ -177,6 +177,12 @@ def fmt(x):
     return "   -" if x is None else f"{x:4.0f}"
 
 
+def ratio_summary(label: str, ratios: list[float]) -> str:
+    """'# <label> min, geomean, max' of ratios against cuDNN measured in the same run."""
+    geomean = math.exp(sum(map(math.log, ratios)) / len(ratios))
+    return f"# {label} min {min(ratios):.2f}, geomean {geomean:.2f}, max {max(ratios):.2f}"
+
+
 def print_header():
     print(f"{'shape':<32} | {'fwd TFLOP/s: ours cuDNN flash eff':>34} {'ours/cuDNN':>10} | "
           f"{'bwd TFLOP/s: ours cuDNN flash eff':>34} {'ours/cuDNN':>10} | variant fwd ; bwd")
@@ -275,8 +281,7 @@ def main(argv=None):
                   for op in ("fwd", "bwd")}
         for op, rs in ratios.items():
             if rs:
-                print(f"# {op}: ours/cuDNN min {min(rs):.2f}, geomean "
-                      f"{math.exp(sum(map(math.log, rs)) / len(rs)):.2f}, max {max(rs):.2f}")
+                print(ratio_summary(f"{op}: ours/cuDNN", rs))
     if args.json:
         args.json.write_text(json.dumps({"device": props.name, "matmul_tflops": rate,
                                          "results": results}, indent=1))
