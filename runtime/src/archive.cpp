@@ -146,8 +146,9 @@ class Node {
     std::string_view key;  // empty: an array item
     uint32_t index;
   };
-  // index.kernels[i].steps[j].tensormaps[m].box[n] is 8 steps; deeper paths end in "..."
-  static constexpr size_t kMaxDepth = 10;
+  // The deepest index path, index.kernels[i].steps[j].tensormaps[m].box[n], is 8 steps;
+  // a deeper one (only in a malformed index) ends in "...".
+  static constexpr size_t kMaxDepth = 8;
 
   Node child(const msgpack::object& object, Step step) const {
     Node out(object, root_, archive_);
