@@ -423,14 +423,22 @@ struct Stats {
   std::mutex mutex;
   std::map<std::string, uint64_t> kernels;    // served calls per kernel
   std::map<std::string, uint64_t> fallbacks;  // fallbacks per reason
-  std::map<std::string, DeviceStats> devices;  // the same, per device of the call ("cuda:1")
+  std::map<std::pair<int, int>, DeviceStats> devices;  // the same per device of the call: (type, index)
   std::array<uint64_t, kNumEntries> served{};
   std::array<uint64_t, kNumEntries> fell_back{};
   uint64_t deterministic_backward = 0;        // backward calls served in deterministic mode
 };
 
-std::string device_of(const Call& call) {
-  return call.query && call.query->defined() ? call.query->device().str() : "unknown";
+// Counted per call, so a key with no string to build; stats_json() spells it ("cuda:1").
+std::pair<int, int> device_of(const Call& call) {
+  if (!call.query || !call.query->defined()) return {-1, -1};
+  const c10::Device device = call.query->device();
+  return {int(device.type()), int(device.index())};
+}
+
+std::string device_text(const std::pair<int, int>& key) {
+  if (key.first < 0) return "unknown";
+  return c10::Device(c10::DeviceType(key.first), c10::DeviceIndex(key.second)).str();
 }
 
 Stats& stats() {
@@ -497,7 +505,7 @@ std::string stats_json() {
   std::string devices = "{";
   for (const auto& [device, d] : s.devices) {
     if (devices.size() > 1) devices += ", ";
-    devices += json_string(device) + ": {\"calls\": " + counts(d.kernels) + ", \"fallbacks\": " +
+    devices += json_string(device_text(device)) + ": {\"calls\": " + counts(d.kernels) + ", \"fallbacks\": " +
                counts(d.fallbacks) + "}";
   }
   devices += "}";
