@@ -127,6 +127,50 @@ at::Tensor lse_rows(const at::Tensor& logsumexp, int64_t seqlen_q) {
   return rows.is_contiguous() ? rows : rows.contiguous();
 }
 
+// The backward path both ops share: the checks a call needs before any tensor is touched, then
+// dOut with a unit last stride and LSE as [B, Hq, Sq] rows, the decision, and a launch into the
+// gradients `allocate` returns (dq, dk, dv). nullopt, with the fallback recorded, when
+// PyTorch's own kernel must serve the call.
+template <typename Allocate>
+std::optional<std::array<at::Tensor, 3>> serve_backward(Call& call, const at::Tensor& out,
+                                                        const at::Tensor& grad_out,
+                                                        const at::Tensor& logsumexp, Allocate allocate) {
+  const at::Tensor& query = *call.query;
+  call.out = &out;
+  call.grad_out = &grad_out;
+  call.logsumexp = &logsumexp;
+  try {
+    std::string reason = unservable_reason(call);
+    if (reason.empty()) {
+      c10::DeviceGuard guard(query.device());
+      const at::Tensor dout = unit_last_stride(grad_out);
+      const at::Tensor lse = lse_rows(logsumexp, query.size(2));
+      call.grad_out = &dout;
+      call.logsumexp = &lse;
+      Decision d = decide(call, nullptr, /*checked=*/true);
+      if (d.served()) {
+        std::array<at::Tensor, 3> grads = allocate();
+        d.problem.dq = tensor_view(grads[0], true);
+        d.problem.dk = tensor_view(grads[1], true);
+        d.problem.dv = tensor_view(grads[2], true);
+        if (launch(d, call.entry, query)) {
+          record_served(call, d);
+          return grads;
+        }
+      }
+      reason = d.fallback_reason;
+    }
+    call.grad_out = &grad_out;
+    call.logsumexp = &logsumexp;
+    record_fallback(call, reason);
+  } catch (const std::exception& e) {
+    call.grad_out = &grad_out;
+    call.logsumexp = &logsumexp;
+    record_fallback(call, internal_error(e));
+  }
+  return std::nullopt;
+}
+
 // ---- the four kernels ------------------------------------------------------------------------
 
 using FlashForwardResult = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, c10::SymInt, c10::SymInt,
@@ -173,38 +217,10 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> flash_backward(
     const at::Tensor& philox_seed, const at::Tensor& philox_offset, std::optional<double> scale) {
   if (!t_in_original) {
     Call call = make_call(Entry::FlashBackward, query, key, value, dropout_p, is_causal, scale);
-    call.out = &out;
-    call.grad_out = &grad_out;
-    call.logsumexp = &logsumexp;
-    try {
-      std::string reason = unservable_reason(call);
-      if (reason.empty()) {
-        c10::DeviceGuard guard(query.device());
-        const at::Tensor dout = unit_last_stride(grad_out);
-        const at::Tensor lse = lse_rows(logsumexp, query.size(2));
-        call.grad_out = &dout;
-        call.logsumexp = &lse;
-        Decision d = decide(call, nullptr, /*checked=*/true);
-        if (d.served()) {
-          at::Tensor dq = at::empty_like(query), dk = at::empty_like(key), dv = at::empty_like(value);
-          d.problem.dq = tensor_view(dq, true);
-          d.problem.dk = tensor_view(dk, true);
-          d.problem.dv = tensor_view(dv, true);
-          if (launch(d, call.entry, query)) {
-            record_served(call, d);
-            return {dq, dk, dv};
-          }
-        }
-        reason = d.fallback_reason;
-      }
-      call.grad_out = &grad_out;
-      call.logsumexp = &logsumexp;
-      record_fallback(call, reason);
-    } catch (const std::exception& e) {
-      call.grad_out = &grad_out;
-      call.logsumexp = &logsumexp;
-      record_fallback(call, internal_error(e));
-    }
+    auto grads = serve_backward(call, out, grad_out, logsumexp, [&] {
+      return std::array<at::Tensor, 3>{at::empty_like(query), at::empty_like(key), at::empty_like(value)};
+    });
+    if (grads) return {(*grads)[0], (*grads)[1], (*grads)[2]};
   }
   torch::jit::Stack grads = call_original(
       Entry::FlashBackward, keys,
@@ -272,42 +288,14 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> efficient_backward(
   if (!t_in_original) {
     Call call = make_call(Entry::EfficientBackward, query, key, value, dropout_p, is_causal, scale);
     call.has_attn_bias = attn_bias.defined();
-    call.out = &out;
-    call.grad_out = &grad_out;
-    call.logsumexp = &logsumexp;
-    try {
-      std::string reason = unservable_reason(call);
-      if (reason.empty()) {
-        c10::DeviceGuard guard(query.device());
-        const at::Tensor dout = unit_last_stride(grad_out);
-        const at::Tensor lse = lse_rows(logsumexp, query.size(2));
-        call.grad_out = &dout;
-        call.logsumexp = &lse;
-        Decision d = decide(call, nullptr, /*checked=*/true);
-        if (d.served()) {
-          const int64_t B = query.size(0), H = query.size(1), Sq = query.size(2), Sk = key.size(2),
-                        D = query.size(3);
-          at::Tensor dq = empty_bshd(B, H, Sq, D, query.options());
-          at::Tensor dk = empty_bshd(B, H, Sk, D, key.options());
-          at::Tensor dv = empty_bshd(B, H, Sk, D, value.options());
-          d.problem.dq = tensor_view(dq, true);
-          d.problem.dk = tensor_view(dk, true);
-          d.problem.dv = tensor_view(dv, true);
-          if (launch(d, call.entry, query)) {
-            record_served(call, d);
-            return {dq, dk, dv, at::Tensor()};
-          }
-        }
-        reason = d.fallback_reason;
-      }
-      call.grad_out = &grad_out;
-      call.logsumexp = &logsumexp;
-      record_fallback(call, reason);
-    } catch (const std::exception& e) {
-      call.grad_out = &grad_out;
-      call.logsumexp = &logsumexp;
-      record_fallback(call, internal_error(e));
-    }
+    auto grads = serve_backward(call, out, grad_out, logsumexp, [&] {
+      const int64_t B = query.size(0), H = query.size(1), Sq = query.size(2), Sk = key.size(2),
+                    D = query.size(3);
+      return std::array<at::Tensor, 3>{empty_bshd(B, H, Sq, D, query.options()),
+                                       empty_bshd(B, H, Sk, D, key.options()),
+                                       empty_bshd(B, H, Sk, D, value.options())};
+    });
+    if (grads) return {(*grads)[0], (*grads)[1], (*grads)[2], at::Tensor()};
   }
   torch::jit::Stack grads = call_original(
       Entry::EfficientBackward, keys,
