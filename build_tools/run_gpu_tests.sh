@@ -51,9 +51,15 @@ export ATTNPACK_RUNTIME_LIB=$PWD/build-gpu/runtime/libattnpack.so
 status=0
 for file in ${FILES:-tests/gpu/test_*.py}; do
   name=$(basename "$file" .py)
+  rc=0
   $PY -X faulthandler -m pytest "$file" -v -rfEs --tb=short -p no:cacheprovider "$@" \
-    > "$LOGS/$name.log" 2>&1 || status=$?
-  echo "$name: $(tail -n 1 "$LOGS/$name.log")"
+    > "$LOGS/$name.log" 2>&1 || rc=$?
+  last=$(tail -n 1 "$LOGS/$name.log")
+  # pytest exits 5 when a whole file skips at collection (test_multi_gpu.py on one GPU): that is
+  # a clean skip, not a failure. Exit 5 without a skip (nothing collected) stays a failure.
+  if [ $rc = 5 ] && [[ $last == *" skipped"* ]]; then rc=0; fi
+  [ $rc = 0 ] || status=$rc
+  echo "$name: $last"
 done
 if [ "${BENCH:-0}" = 1 ]; then
   for i in 1 2 3; do build-gpu/runtime/runtime_overhead --json; done 2>&1 | tee "$LOGS/runtime_overhead.json"
