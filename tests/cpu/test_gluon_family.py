@@ -27,8 +27,8 @@ KERNEL = "gluon/fwd/bf16-d128-causal/M64_N128_stages2"
 
 @pytest.fixture(scope="module")
 def gluon_archive(tmp_path_factory):
-    """The gluon family's bf16 head-dim-128 variants for sm_90 (8 kernels), with the
-    checked-in tuning database present (its triton entries are filtered out, not an error)."""
+    """The gluon family's bf16 head-dim-128 variants for sm_90 (every config, causal and full),
+    with the checked-in tuning database present (its triton entries are filtered out, not an error)."""
     out = tmp_path_factory.mktemp("gluon")
     req = BuildRequest(archs=("sm_90",), out_dir=out, all_variants=True, families=("gluon",),
                        dtypes=("bf16",), head_dims=(128,), jobs=2,
@@ -40,7 +40,7 @@ def gluon_archive(tmp_path_factory):
 def test_archive_verifies_with_no_problems(gluon_archive):
     ar, problems, warnings = verify_archive(gluon_archive)
     assert problems == [] and warnings == []
-    assert len(ar.kernels) == 8
+    assert len(ar.kernels) == 2 * len(load_families()["gluon"].configs["fwd"]) == 16
     assert {k["family"] for k in ar.kernels} == {"gluon"}
 
 
@@ -82,7 +82,7 @@ def test_gluon_is_never_a_default():
     assert {v.family for v in defaults} == {"triton"}
     everything, _ = plan_variants(BuildRequest(archs=("sm_90",), out_dir=None, all_variants=True),
                                   "sm_90", families)
-    assert len([v for v in everything if v.family == "gluon"]) == 32
+    assert len([v for v in everything if v.family == "gluon"]) == 64  # 8 configs x 8 keys
 
 
 def _expected_args(step: dict, values: dict) -> bytes:

@@ -1,14 +1,16 @@
 """The Gluon dual-wave (ping-pong) forward for sm_90: its launch step and declared variant space.
 
 Run and measured on the H200 (docs/gluon-family.md). The family has priority 1000, so it is
-never a family default: it serves where the tuning database picks it (88 of the 176 sm_90
+never a family default: it serves where the tuning database picks it (90 of the 176 sm_90
 forward keys, mostly head dim 128), with the triton default behind it for inputs a TMA
 descriptor cannot take.
 
 Config knobs:
-  M       query rows per consumer warpgroup (a program serves 2 * M rows)
-  N       key rows per K/V tile
-  stages  depth of the K/V shared-memory ring
+  M        query rows per consumer warpgroup (a program serves 2 * M rows)
+  N        key rows per K/V tile
+  stages   depth of the K/V shared-memory ring
+  overlap  1: softmax(j) runs while the warpgroup's own PV(j - 1) is in flight (fwd.py);
+           absent: the plain ping-pong, which waits for both GEMMs first
 """
 import inspect
 
@@ -26,6 +28,10 @@ FWD_CONFIGS = (
     {"M": 64, "N": 64, "stages": 3},
     {"M": 64, "N": 128, "stages": 3},
     {"M": 64, "N": 64, "stages": 2},
+    {"M": 64, "N": 128, "stages": 2, "overlap": 1},
+    {"M": 64, "N": 64, "stages": 3, "overlap": 1},
+    {"M": 64, "N": 128, "stages": 3, "overlap": 1},
+    {"M": 64, "N": 64, "stages": 2, "overlap": 1},
 )
 
 # setmaxnreg per partition: the loader needs few registers, which frees them for the two
@@ -55,6 +61,7 @@ def steps(arch: str, op: str, key: FunctionalKey, config) -> tuple[Step, ...]:
     args = tuple(words[a] for a in _runtime_args(attn_fwd_pingpong))
     constexprs = {"BLOCK_M": m, "BLOCK_N": n, "HEAD_DIM": key.head_dim,
                   "STAGES": config["stages"], "CAUSAL": key.causal,
+                  "OVERLAP": bool(config.get("overlap", 0)),
                   "CONSUMER_REGS": CONSUMER_REGS, "LOAD_REGS": LOAD_REGS}
     grid = ((("Sq", 2 * m),), (("B", 1), ("Hq", 1)), ())
     return (Step(name="fwd", fn=attn_fwd_pingpong, args=args, grid=grid, constexprs=constexprs,

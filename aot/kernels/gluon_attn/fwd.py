@@ -7,8 +7,11 @@ One program serves 2 * BLOCK_M query rows of one (batch, head). Three partitions
     consumer1 4 warps    rows [start + BLOCK_M, start + 2 * BLOCK_M)
 
 The consumers ping-pong: a consumer issues its tensor-core work (QKᵀ of tile j, PV of tile
-j - 1) only while it holds the "turn", and hands the turn over as soon as that work is done, so
-its softmax runs while the other warpgroup's GEMMs occupy the tensor cores.
+j - 1) only while it holds the "turn", so its softmax runs while the other warpgroup's GEMMs
+occupy the tensor cores. Two schedules (the OVERLAP constexpr):
+    plain       wait for both GEMMs, then hand the turn over, then softmax(j)
+    overlapped  hand the turn over once both are issued, wait for QKᵀ(j) only, run softmax(j)
+                while PV(j - 1) is still in flight, then wait for PV and rescale O
 
 Every tensor is read and written through a rank-4 host descriptor over its [b, h, s, d] view,
 so any strides work and rows past Sq or Sk are zero-filled on load and dropped on store: tails
@@ -95,7 +98,8 @@ def _softmax(s, m_i, l_i, j, row0, Sk, qk_scale,
 def _consume(o_desc, lse_ptr, q_smem, k_smem, v_smem, q_ready, kv_ready, kv_free, turn,
              b, h, Hq, Sq, Sk, qk_scale, start, n_tiles,
              CONSUMER: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-             HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr):
+             HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+             OVERLAP: gl.constexpr):
     dtype: gl.constexpr = q_smem.dtype
     # wgmma accumulators: the 4 warps split the rows, one m64 instruction per 64 rows.
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -115,28 +119,62 @@ def _consume(o_desc, lse_ptr, q_smem, k_smem, v_smem, q_ready, kv_ready, kv_free
     p = gl.zeros([BLOCK_M, BLOCK_N], dtype, p_layout)
     s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
 
-    for j in range(n_tiles):
-        stage = j % STAGES
-        mbarrier.wait(kv_ready.index(stage), (j // STAGES) & 1)
-        k_t = k_smem.index(stage).reshape([BLOCK_N, HEAD_DIM]).permute([1, 0])
-        # Take the turn: consumer 0 starts (a fresh barrier passes the parity-1 wait).
-        mbarrier.wait(turn.index(CONSUMER), (j & 1) ^ (1 - CONSUMER))
+    if OVERLAP:
+        # Tile 0 has no PV before it: QKᵀ alone, then its softmax.
+        mbarrier.wait(kv_ready.index(0), 0)
+        mbarrier.wait(turn.index(CONSUMER), 1 - CONSUMER)
+        k_t = k_smem.index(0).reshape([BLOCK_N, HEAD_DIM]).permute([1, 0])
         s_tok = warpgroup_mma(q, k_t, s_zero, use_acc=False, is_async=True)
-        if j > 0:
-            # PV of the previous tile, queued behind QKᵀ so both run back to back.
+        mbarrier.arrive(turn.index(1 - CONSUMER))
+        s = warpgroup_mma_wait(0, deps=[s_tok])
+        p_f32, alpha, m_i, l_i = _softmax(s, m_i, l_i, 0, row0, Sk, qk_scale,
+                                          s_layout, BLOCK_M, BLOCK_N, CAUSAL)
+        p = gl.convert_layout(p_f32.to(dtype), p_layout)
+        for j in range(1, n_tiles):
+            stage = j % STAGES
             prev = (j - 1) % STAGES
+            mbarrier.wait(kv_ready.index(stage), (j // STAGES) & 1)
+            k_t = k_smem.index(stage).reshape([BLOCK_N, HEAD_DIM]).permute([1, 0])
+            mbarrier.wait(turn.index(CONSUMER), (j & 1) ^ (1 - CONSUMER))
+            s_tok = warpgroup_mma(q, k_t, s_zero, use_acc=False, is_async=True)
             v = v_smem.index(prev).reshape([BLOCK_N, HEAD_DIM])
             acc = warpgroup_mma(p, v, acc, is_async=True)
-            acc = warpgroup_mma_wait(0, deps=[acc])
+            # Hand the turn over once both GEMMs are issued: the tensor cores run them in issue
+            # order, so the other warpgroup's GEMMs queue right behind these.
+            mbarrier.arrive(turn.index(1 - CONSUMER))
+            # wgmma groups retire in order: one left in flight means QKᵀ(j) is done and PV(j-1)
+            # may still run, behind this softmax.
+            s = warpgroup_mma_wait(1, deps=[s_tok])
+            p_f32, alpha, m_i, l_i = _softmax(s, m_i, l_i, j, row0, Sk, qk_scale,
+                                              s_layout, BLOCK_M, BLOCK_N, CAUSAL)
+            # p (tile j-1) is PV's register operand: it stays alive until PV is done.
+            acc, p = warpgroup_mma_wait(0, deps=[acc, p])
             mbarrier.arrive(kv_free.index(prev))
-        s = warpgroup_mma_wait(0, deps=[s_tok])
-        # Hand the turn over: the other warpgroup's GEMMs now overlap this softmax.
-        mbarrier.arrive(turn.index(1 - CONSUMER))
+            acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+            p = gl.convert_layout(p_f32.to(dtype), p_layout)
+    else:
+        for j in range(n_tiles):
+            stage = j % STAGES
+            mbarrier.wait(kv_ready.index(stage), (j // STAGES) & 1)
+            k_t = k_smem.index(stage).reshape([BLOCK_N, HEAD_DIM]).permute([1, 0])
+            # Take the turn: consumer 0 starts (a fresh barrier passes the parity-1 wait).
+            mbarrier.wait(turn.index(CONSUMER), (j & 1) ^ (1 - CONSUMER))
+            s_tok = warpgroup_mma(q, k_t, s_zero, use_acc=False, is_async=True)
+            if j > 0:
+                # PV of the previous tile, queued behind QKᵀ so both run back to back.
+                prev = (j - 1) % STAGES
+                v = v_smem.index(prev).reshape([BLOCK_N, HEAD_DIM])
+                acc = warpgroup_mma(p, v, acc, is_async=True)
+                acc = warpgroup_mma_wait(0, deps=[acc])
+                mbarrier.arrive(kv_free.index(prev))
+            s = warpgroup_mma_wait(0, deps=[s_tok])
+            # Hand the turn over: the other warpgroup's GEMMs now overlap this softmax.
+            mbarrier.arrive(turn.index(1 - CONSUMER))
 
-        p_f32, alpha, m_i, l_i = _softmax(s, m_i, l_i, j, row0, Sk, qk_scale,
-                                          s_layout, BLOCK_M, BLOCK_N, CAUSAL)
-        acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
-        p = gl.convert_layout(p_f32.to(dtype), p_layout)
+            p_f32, alpha, m_i, l_i = _softmax(s, m_i, l_i, j, row0, Sk, qk_scale,
+                                              s_layout, BLOCK_M, BLOCK_N, CAUSAL)
+            acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
+            p = gl.convert_layout(p_f32.to(dtype), p_layout)
 
     # The last tile's PV (no turn: the tensor cores are ours once the other side is done too).
     last = (n_tiles - 1) % STAGES
@@ -164,26 +202,26 @@ def _consume(o_desc, lse_ptr, q_smem, k_smem, v_smem, q_ready, kv_ready, kv_free
 def _consumer1(o_desc, lse_ptr, q_smem, k_smem, v_smem, q_ready, kv_ready, kv_free, turn,
                b, h, Hq, Sq, Sk, qk_scale, start, n_tiles,
                BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
-               STAGES: gl.constexpr, CAUSAL: gl.constexpr):
+               STAGES: gl.constexpr, CAUSAL: gl.constexpr, OVERLAP: gl.constexpr):
     _consume(o_desc, lse_ptr, q_smem, k_smem, v_smem, q_ready, kv_ready, kv_free, turn,
              b, h, Hq, Sq, Sk, qk_scale, start, n_tiles,
-             1, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL)
+             1, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP)
 
 
 @gluon.jit
 def _consumer0(o_desc, lse_ptr, q_smem, k_smem, v_smem, q_ready, kv_ready, kv_free, turn,
                b, h, Hq, Sq, Sk, qk_scale, start, n_tiles,
                BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
-               STAGES: gl.constexpr, CAUSAL: gl.constexpr):
+               STAGES: gl.constexpr, CAUSAL: gl.constexpr, OVERLAP: gl.constexpr):
     _consume(o_desc, lse_ptr, q_smem, k_smem, v_smem, q_ready, kv_ready, kv_free, turn,
              b, h, Hq, Sq, Sk, qk_scale, start, n_tiles,
-             0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL)
+             0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP)
 
 
 @gluon.jit
 def attn_fwd_pingpong(q_desc, k_desc, v_desc, o_desc, lse_ptr, Hq, Hkv, Sq, Sk, qk_scale,
                       BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
-                      STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                      STAGES: gl.constexpr, CAUSAL: gl.constexpr, OVERLAP: gl.constexpr,
                       CONSUMER_REGS: gl.constexpr, LOAD_REGS: gl.constexpr):
     """grid: (cdiv(Sq, 2 * BLOCK_M), B * Hq); num_warps = 4 (consumer 0)."""
     start = gl.program_id(0) * (2 * BLOCK_M)
@@ -213,10 +251,10 @@ def attn_fwd_pingpong(q_desc, k_desc, v_desc, o_desc, lse_ptr, Hq, Hkv, Sq, Sk, 
     gl.warp_specialize([
         (_consumer0, (o_desc, lse_ptr, q_smem, k_smem, v_smem, q_ready, kv_ready, kv_free, turn,
                       b, h, Hq, Sq, Sk, qk_scale, start, n_tiles,
-                      BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL)),
+                      BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP)),
         (_consumer1, (o_desc, lse_ptr, q_smem, k_smem, v_smem, q_ready, kv_ready, kv_free, turn,
                       b, h, Hq, Sq, Sk, qk_scale, start, n_tiles,
-                      BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL)),
+                      BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP)),
         (_load, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, kv_ready, kv_free,
                  b, h, kv_h, start, n_tiles, BLOCK_M, BLOCK_N, STAGES)),
     ], [4, 1], [CONSUMER_REGS, LOAD_REGS])
