@@ -210,6 +210,7 @@ StepRecord read_step(const Node& node, size_t num_images) {
   if (step.image >= num_images) node.at("image").malformed("is out of range");
   step.symbol = node.at("symbol").str();
   Node params = node.at("params");
+  step.params.reserve(params.length());
   for (uint32_t i = 0; i < params.length(); ++i) {
     Node param = params.item(i);
     if (param.length() != 3) param.malformed("is not [word, type, divisibility]");
@@ -319,26 +320,29 @@ TuningRecord read_tuning(const Node& node, const std::vector<KernelRecord>& kern
     entry.sq = item.at("sq").u32();
     entry.sk = item.at("sk").u32();
     const std::string name = item.at("kernel").str();
-    const std::string where = "(" + key_text(entry.op, entry.key) + " gqa" + std::to_string(entry.gqa) + " sq" +
-                              std::to_string(entry.sq) + " sk" + std::to_string(entry.sk) + ") ";
+    // Spelled out only for an error message (as Node paths are): open reads every entry.
+    auto where = [&] {
+      return "(" + key_text(entry.op, entry.key) + " gqa" + std::to_string(entry.gqa) + " sq" +
+             std::to_string(entry.sq) + " sk" + std::to_string(entry.sk) + ") ";
+    };
     for (auto [field, value, axis] : {std::tuple{"gqa", entry.gqa, "gqa"}, std::tuple{"sq", entry.sq, "seqlen"},
                                       std::tuple{"sk", entry.sk, "seqlen"}}) {
-      if (!is_boundary(value, std::string(axis) == "gqa" ? tuning.gqa_bounds : tuning.seqlen_bounds)) {
-        item.inconsistent(where + "has " + field + " " + std::to_string(value) +
+      if (!is_boundary(value, std::strcmp(axis, "gqa") == 0 ? tuning.gqa_bounds : tuning.seqlen_bounds)) {
+        item.inconsistent(where() + "has " + field + " " + std::to_string(value) +
                           ", which is not a boundary of buckets." + axis);
       }
     }
     auto found = kernel_index.find(name);
-    if (found == kernel_index.end()) item.inconsistent(where + "names kernel " + name + ", which is not in the index");
+    if (found == kernel_index.end()) item.inconsistent(where() + "names kernel " + name + ", which is not in the index");
     entry.kernel = found->second;
     const KernelRecord& kernel = kernels[entry.kernel];
     if (kernel.op != entry.op || kernel.key.dtype != entry.key.dtype || kernel.key.head_dim != entry.key.head_dim ||
         kernel.key.causal != entry.key.causal) {
-      item.inconsistent(where + "names kernel " + name + ", which is for " + key_text(kernel.op, kernel.key));
+      item.inconsistent(where() + "names kernel " + name + ", which is for " + key_text(kernel.op, kernel.key));
     }
     auto [first, fresh] = seen.emplace(Key{entry.op, entry.key.dtype, entry.key.head_dim, entry.key.causal,
                                            entry.gqa, entry.sq, entry.sk}, i);
-    if (!fresh) item.inconsistent(where + "repeats the key of entries[" + std::to_string(first->second) + "]");
+    if (!fresh) item.inconsistent(where() + "repeats the key of entries[" + std::to_string(first->second) + "]");
     tuning.entries.push_back(std::move(entry));
   }
   return tuning;

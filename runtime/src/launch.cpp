@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <unordered_map>
 
 #include "error.hpp"
 
@@ -52,12 +53,56 @@ int find_workspace(const KernelRecord& kernel, const std::string& word) {
   return -1;
 }
 
+// The fixed parameter vocabulary (the order of abi.param_type), one hash lookup per word.
+// Opening an archive resolves every parameter of every kernel; scanning the word lists with
+// string compares was a quarter of the open time. Workspace buffer and tensor map names are
+// the kernel's own and are looked up in the kernel.
+struct FixedWord {
+  ParamSource source;
+  ParamType type;
+  uint8_t index = 0;
+  uint8_t axis = 0;
+};
+
+const std::unordered_map<std::string, FixedWord>& fixed_words() {
+  static const std::unordered_map<std::string, FixedWord> words = [] {
+    std::unordered_map<std::string, FixedWord> out;
+    for (uint8_t t = 0; t < kNumTensors; ++t) {
+      out.emplace(kTensorWords[t], FixedWord{ParamSource::Tensor, ParamType::Ptr, t});
+      // <tensor>_stride_<b|h|s|d>; d (always 1) only appears beside a tensor descriptor,
+      // whose strides Triton passes in full
+      for (uint8_t axis = kAxisB; axis <= kAxisD; ++axis) {
+        out.emplace(std::string(kTensorWords[t]) + "_stride_" + kAxisLetters[axis],
+                    FixedWord{ParamSource::Stride, ParamType::I64, t, axis});
+      }
+    }
+    out.emplace("lse", FixedWord{ParamSource::Lse, ParamType::Ptr});
+    out.emplace("global_scratch", FixedWord{ParamSource::GlobalScratch, ParamType::Ptr});
+    out.emplace("profile_scratch", FixedWord{ParamSource::ProfileScratch, ParamType::Ptr});
+    for (uint8_t size = 0; size <= kSk; ++size) {  // num_sms is a grid word only
+      out.emplace(kSizeWords[size], FixedWord{ParamSource::Size, ParamType::I32, size});
+    }
+    out.emplace("D", FixedWord{ParamSource::HeadDim, ParamType::I32});
+    out.emplace("sm_scale", FixedWord{ParamSource::SmScale, ParamType::F32});
+    out.emplace("sm_scale_log2", FixedWord{ParamSource::SmScaleLog2, ParamType::F32});
+    return out;
+  }();
+  return words;
+}
+
+const FixedWord* find_fixed(const std::string& word) {
+  auto found = fixed_words().find(word);
+  return found == fixed_words().end() ? nullptr : &found->second;
+}
+
 // The buffer a word names (an element tensor, lse or a workspace buffer); false if none.
+// Element tensors and lse come first: a workspace buffer cannot shadow them.
 bool resolve_buffer(const std::string& word, const KernelRecord& kernel, BufferRef& ref) {
+  const FixedWord* fixed = find_fixed(word);
   int index;
-  if ((index = find_word(kTensorWords, kNumTensors, word)) >= 0) {
-    ref = {BufferRef::Tensor, uint8_t(index)};
-  } else if (word == "lse") {
+  if (fixed && fixed->source == ParamSource::Tensor) {
+    ref = {BufferRef::Tensor, fixed->index};
+  } else if (fixed && fixed->source == ParamSource::Lse) {
     ref = {BufferRef::Lse, 0};
   } else if ((index = find_workspace(kernel, word)) >= 0) {
     ref = {BufferRef::Workspace, uint8_t(index)};
@@ -67,55 +112,36 @@ bool resolve_buffer(const std::string& word, const KernelRecord& kernel, BufferR
   return true;
 }
 
-// Resolves one parameter word to its source and the wire type the vocabulary gives it
-// (the order of abi.param_type). Returns false for a word this runtime does not know.
+// Resolves one parameter word to its source and the wire type the vocabulary gives it.
+// Returns false for a word this runtime does not know. Precedence: element tensors and lse,
+// then the kernel's workspace buffers, then the rest of the vocabulary, then its tensor maps.
 bool resolve_word(const std::string& word, const KernelRecord& kernel, const StepRecord& step,
                   ParamSlot& slot) {
-  static const ParamSource kBufferSources[] = {ParamSource::Tensor, ParamSource::Lse,
-                                               ParamSource::Workspace};
   BufferRef buffer;
-  int index = -1;
-  const std::string stride_marker = "_stride_";
-  const size_t stride_at = word.find(stride_marker);
   if (resolve_buffer(word, kernel, buffer)) {
+    static const ParamSource kBufferSources[] = {ParamSource::Tensor, ParamSource::Lse,
+                                                 ParamSource::Workspace};
     slot.source = kBufferSources[buffer.kind];
     slot.type = ParamType::Ptr;
-    index = buffer.index;
-  } else if (word == "global_scratch" || word == "profile_scratch") {
-    slot.source = word == "global_scratch" ? ParamSource::GlobalScratch : ParamSource::ProfileScratch;
-    slot.type = ParamType::Ptr;
-    index = 0;
-  } else if ((index = find_word(kSizeWords, kSk + 1, word)) >= 0) {
-    slot.source = ParamSource::Size;
-    slot.type = ParamType::I32;
-  } else if (word == "D") {
-    slot.source = ParamSource::HeadDim;
-    slot.type = ParamType::I32;
-    index = 0;
-  } else if (word == "sm_scale" || word == "sm_scale_log2") {
-    slot.source = word == "sm_scale" ? ParamSource::SmScale : ParamSource::SmScaleLog2;
-    slot.type = ParamType::F32;
-    index = 0;
-  } else if (stride_at != std::string::npos &&
-             (index = find_word(kTensorWords, kNumTensors, word.substr(0, stride_at))) >= 0) {
-    // <tensor>_stride_<b|h|s|d>; d (always 1) only appears beside a tensor descriptor, whose
-    // strides Triton passes in full
-    const std::string axis = word.substr(stride_at + stride_marker.size());
-    const char* letter = std::find(kAxisLetters, kAxisLetters + kAxisD + 1, axis.empty() ? 0 : axis[0]);
-    if (axis.size() != 1 || letter == kAxisLetters + kAxisD + 1) return false;
-    slot.source = ParamSource::Stride;
-    slot.type = ParamType::I64;
-    slot.axis = uint8_t(letter - kAxisLetters);
-  } else {
-    for (size_t m = 0; m < step.tensormaps.size() && index < 0; ++m) {
-      if (step.tensormaps[m].param == word) index = int(m);
-    }
-    if (index < 0) return false;
-    slot.source = ParamSource::TensorMap;
-    slot.type = ParamType::TensorMap;
+    slot.index = buffer.index;
+    return true;
   }
-  slot.index = uint8_t(index);
-  return true;
+  if (const FixedWord* fixed = find_fixed(word)) {
+    slot.source = fixed->source;
+    slot.type = fixed->type;
+    slot.index = fixed->index;
+    slot.axis = fixed->axis;
+    return true;
+  }
+  for (size_t m = 0; m < step.tensormaps.size(); ++m) {
+    if (step.tensormaps[m].param == word) {
+      slot.source = ParamSource::TensorMap;
+      slot.type = ParamType::TensorMap;
+      slot.index = uint8_t(m);
+      return true;
+    }
+  }
+  return false;
 }
 
 uint32_t buffer_rank(const BufferRef& ref, const KernelRecord& kernel) {
