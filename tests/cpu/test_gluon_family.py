@@ -23,6 +23,7 @@ from test_runtime_fixtures import PARAM_ALIGN, PARAM_SIZE, param_offsets
 
 LOG2E = 1.4426950408889634
 KERNEL = "gluon/fwd/bf16-d128-causal/M64_N128_stages2"
+PERSISTENT = "gluon/fwd/bf16-d128-causal/M64_N128_stages2_persistent1"
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +41,11 @@ def gluon_archive(tmp_path_factory):
 def test_archive_verifies_with_no_problems(gluon_archive):
     ar, problems, warnings = verify_archive(gluon_archive)
     assert problems == [] and warnings == []
-    assert len(ar.kernels) == 2 * len(load_families()["gluon"].configs["fwd"]) == 16
+    declared = [v.name for v in load_families()["gluon"].all_variants("sm_90")
+                if v.key.dtype == "bf16" and v.key.head_dim == 128]
+    # 12 configs, causal and full, less the persistent N128 3-stage one, whose 256 KiB of shared
+    # memory sm_90 does not have
+    assert sorted(k["name"] for k in ar.kernels) == sorted(declared) and len(declared) == 22
     assert {k["family"] for k in ar.kernels} == {"gluon"}
 
 
@@ -53,7 +58,8 @@ def test_descriptor_params_are_tritons_expansion_at_the_cubins_offsets(gluon_arc
                               *[[f"{t}_stride_{a}", "i64", 1] for a in "bhsd"]]
     assert step["params"] == [
         *expansion("q_desc", "q"), *expansion("k_desc", "k"), *expansion("v_desc", "v"),
-        *expansion("o_desc", "o"), ["lse", "ptr", 16], ["Hq", "i32", 1], ["Hkv", "i32", 1],
+        *expansion("o_desc", "o"), ["lse", "ptr", 16], ["B", "i32", 1], ["Hq", "i32", 1],
+        ["Hkv", "i32", 1],
         ["Sq", "i32", 1], ["Sk", "i32", 1], ["sm_scale_log2", "f32", 1],
         ["global_scratch", "ptr", 1], ["profile_scratch", "ptr", 1]]
     # d128 with a 128-byte swizzle: TMA boxes are 64 elements (128 bytes) wide, so the kernel
@@ -82,7 +88,8 @@ def test_gluon_is_never_a_default():
     assert {v.family for v in defaults} == {"triton"}
     everything, _ = plan_variants(BuildRequest(archs=("sm_90",), out_dir=None, all_variants=True),
                                   "sm_90", families)
-    assert len([v for v in everything if v.family == "gluon"]) == 64  # 8 configs x 8 keys
+    # 12 configs x 8 keys, less the persistent N128 3-stage one at head dim 128 (4 keys)
+    assert len([v for v in everything if v.family == "gluon"]) == 92
 
 
 def _expected_args(step: dict, values: dict) -> bytes:
@@ -137,6 +144,25 @@ def test_recorded_launch_packs_descriptors_shapes_and_strides(gluon_archive):
                 "l2_promotion": 2, "oob_fill": 0}
     assert launch["tensormaps"] == [encode("q", Sq, Hq), encode("k", Sk, Hkv),
                                     encode("v", Sk, Hkv), encode("o", Sq, Hq)]
+
+
+def test_persistent_kernel_launches_one_program_per_sm(gluon_archive):
+    """The persistent configs: grid num_sms (132 on the recording driver's pretend H200), B as
+    a kernel argument for the tile count, and two O tiles of shared memory of their own."""
+    ar = read_archive(gluon_archive)
+    [step] = ar.kernel(PERSISTENT)["steps"]
+    assert step["grid"] == [[["num_sms", 1]], [], []]
+    [plain] = ar.kernel(KERNEL)["steps"]
+    assert step["params"] == plain["params"]
+    assert 0 <= step["shared"] - plain["shared"] - 2 * 64 * 128 * 2 < 64  # O tiles + alignment
+    ptrs = {t: 0x7f0000000000 + (i << 24) for i, t in enumerate(("q", "k", "v", "o", "lse"))}
+    with rt.Bundle(gluon_archive, recording=True) as bundle:
+        for B in (1, 600):  # fewer work tiles than SMs, and many more
+            bundle.forward(rt.make_problem("fwd", "bf16", B=B, Hq=8, Hkv=8, Sq=1000, Sk=1000,
+                                           D=128, causal=True, kernel=PERSISTENT, pointers=ptrs))
+        launches = bundle.recorded_launches()["launches"]
+    assert [l["grid"] for l in launches] == [[132, 1, 1], [132, 1, 1]]
+    assert [l["shared"] for l in launches] == [step["shared"]] * 2
 
 
 def test_descriptor_pitch_and_alignment_are_checked(gluon_archive):

@@ -6,11 +6,13 @@ forward keys, mostly head dim 128), with the triton default behind it for inputs
 descriptor cannot take.
 
 Config knobs:
-  M        query rows per consumer warpgroup (a program serves 2 * M rows)
-  N        key rows per K/V tile
-  stages   depth of the K/V shared-memory ring
-  overlap  1: softmax(j) runs while the warpgroup's own PV(j - 1) is in flight (fwd.py);
-           absent: the plain ping-pong, which waits for both GEMMs first
+  M           query rows per consumer warpgroup (a work tile is 2 * M rows)
+  N           key rows per K/V tile
+  stages      depth of the K/V shared-memory ring
+  overlap     1: softmax(j) runs while the warpgroup's own PV(j - 1) is in flight (fwd.py);
+              absent: the plain ping-pong, which waits for both GEMMs first
+  persistent  1: one program per SM strides over the work tiles, O has its own shared buffer;
+              absent: one program per work tile
 """
 import inspect
 
@@ -32,6 +34,10 @@ FWD_CONFIGS = (
     {"M": 64, "N": 64, "stages": 3, "overlap": 1},
     {"M": 64, "N": 128, "stages": 3, "overlap": 1},
     {"M": 64, "N": 64, "stages": 2, "overlap": 1},
+    {"M": 64, "N": 128, "stages": 2, "persistent": 1},
+    {"M": 64, "N": 64, "stages": 3, "overlap": 1, "persistent": 1},
+    {"M": 64, "N": 128, "stages": 3, "overlap": 1, "persistent": 1},
+    {"M": 64, "N": 64, "stages": 2, "overlap": 1, "persistent": 1},
 )
 
 # setmaxnreg per partition: the loader needs few registers, which frees them for the two
@@ -56,21 +62,27 @@ def steps(arch: str, op: str, key: FunctionalKey, config) -> tuple[Step, ...]:
     maps = (_tensor_map("q_desc", "q", m, key), _tensor_map("k_desc", "k", n, key),
             _tensor_map("v_desc", "v", n, key), _tensor_map("o_desc", "o", m, key))
     words = {"q_desc": "q_desc", "k_desc": "k_desc", "v_desc": "v_desc", "o_desc": "o_desc",
-             "lse_ptr": "lse", "Hq": "Hq", "Hkv": "Hkv", "Sq": "Sq", "Sk": "Sk",
+             "lse_ptr": "lse", "B": "B", "Hq": "Hq", "Hkv": "Hkv", "Sq": "Sq", "Sk": "Sk",
              "qk_scale": "sm_scale_log2"}
     args = tuple(words[a] for a in _runtime_args(attn_fwd_pingpong))
     constexprs = {"BLOCK_M": m, "BLOCK_N": n, "HEAD_DIM": key.head_dim,
                   "STAGES": config["stages"], "CAUSAL": key.causal,
                   "OVERLAP": bool(config.get("overlap", 0)),
+                  "PERSISTENT": bool(config.get("persistent", 0)),
                   "CONSUMER_REGS": CONSUMER_REGS, "LOAD_REGS": LOAD_REGS}
-    grid = ((("Sq", 2 * m),), (("B", 1), ("Hq", 1)), ())
+    if config.get("persistent"):
+        grid = ((("num_sms", 1),), (), ())
+    else:
+        grid = ((("Sq", 2 * m),), (("B", 1), ("Hq", 1)), ())
     return (Step(name="fwd", fn=attn_fwd_pingpong, args=args, grid=grid, constexprs=constexprs,
                  num_warps=4, num_stages=1, tensormaps=maps),)
 
 
 def shared_memory_bytes(head_dim: int, config) -> int:
-    """Two Q tiles (reused for O) and `stages` K and V tiles, 16-bit, plus barriers."""
-    return 2 * head_dim * (2 * config["M"] + 2 * config["stages"] * config["N"]) + 1024
+    """Two Q tiles (reused for O unless persistent, which has two O tiles of its own) and
+    `stages` K and V tiles, 16-bit, plus barriers."""
+    rows = (4 if config.get("persistent") else 2) * config["M"] + 2 * config["stages"] * config["N"]
+    return 2 * head_dim * rows + 1024
 
 
 def excluded(arch: str, op: str, key: FunctionalKey, config) -> str | None:

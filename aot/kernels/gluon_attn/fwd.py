@@ -1,10 +1,15 @@
 """Attention forward in Gluon for Hopper (sm_90): TMA, wgmma, mbarriers, warp specialization.
 
-One program serves 2 * BLOCK_M query rows of one (batch, head). Three partitions share it:
+A work tile is 2 * BLOCK_M query rows of one (batch, head). Three partitions share a program:
 
-    load      1 warp     TMA: the two Q tiles once, then K/V tiles into a STAGES-deep ring
+    load      1 warp     TMA: K/V tiles into a STAGES-deep ring, and each work tile's two Q tiles
     consumer0 4 warps    rows [start, start + BLOCK_M)             (the default partition)
     consumer1 4 warps    rows [start + BLOCK_M, start + 2 * BLOCK_M)
+
+Without PERSISTENT the grid is (row blocks, B * Hq) and a program serves one work tile. With
+it the grid is one program per SM, striding over all work tiles: the loader fetches the next
+tile's K/V and Q while the consumers finish the last one, and O leaves through its own shared
+buffer, so a tile's epilogue overlaps the next tile's loads.
 
 The consumers ping-pong: a consumer issues its tensor-core work (QKᵀ of tile j, PV of tile
 j - 1) only while it holds the "turn", so its softmax runs while the other warpgroup's GEMMs
@@ -30,36 +35,90 @@ LN2 = gl.constexpr(0.6931471805599453)  # ln 2: lse is natural-log
 
 @gluon.jit
 def _kv_tiles(start, Sk, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
-    """Key tiles this program visits; past the last query row's diagonal every tile is fully
-    masked, so a causal program stops there."""
+    """Key tiles a work tile visits; past the last query row's diagonal every tile is fully
+    masked, so a causal work tile stops there."""
     hi = Sk
     if CAUSAL:
         hi = gl.minimum(Sk, start + 2 * BLOCK_M)
     return gl.cdiv(hi, BLOCK_N)
 
 
+@gluon.jit
+def _work(B, Hq, Sq, BLOCK_M: gl.constexpr, PERSISTENT: gl.constexpr):
+    """(first, end, step, row_blocks): this program serves work tiles range(first, end, step)."""
+    row_blocks = gl.cdiv(Sq, 2 * BLOCK_M)
+    end = row_blocks * B * Hq
+    if PERSISTENT:
+        first = gl.program_id(0)
+        step = gl.num_programs(0)
+    else:
+        first = gl.program_id(1) * row_blocks + (row_blocks - 1 - gl.program_id(0))
+        step = end
+    return first, end, step, row_blocks
+
+
+@gluon.jit
+def _tile(tile, row_blocks, Hq, BLOCK_M: gl.constexpr):
+    """(b, h, first query row) of a work tile. A head's row blocks are consecutive, so programs
+    running side by side share its K/V in L2, and the last (under causal the longest) comes
+    first, so a persistent program ends on short tiles."""
+    bh = tile // row_blocks
+    row_block = row_blocks - 1 - tile % row_blocks
+    return bh // Hq, bh % Hq, row_block * (2 * BLOCK_M)
+
+
 # --------------------------------------------------------------------------------------------
 # load: one warp issues every TMA copy; completion is tracked by byte counts on mbarriers.
 # --------------------------------------------------------------------------------------------
 @gluon.jit
-def _load(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, kv_ready, kv_free,
-          b, h, kv_h, start, n_tiles,
-          BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr):
-    for c in gl.static_range(2):
-        mbarrier.expect(q_ready.index(c), q_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(q_desc, [b, h, start + c * BLOCK_M, 0], q_ready.index(c),
-                                        q_smem.index(c))
+def _load(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_free, kv_ready, kv_free,
+          B, Hq, Hkv, Sq, Sk,
+          BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+          CAUSAL: gl.constexpr, PERSISTENT: gl.constexpr):
+    first, end, step, row_blocks = _work(B, Hq, Sq, BLOCK_M, PERSISTENT)
+    if PERSISTENT:
+        count = 0  # K/V tiles loaded so far: ring slots and phases run on across work tiles
+        it = 0     # work tiles so far
+        for tile in range(first, end, step):
+            count = _load_tile(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_free,
+                               kv_ready, kv_free, tile, row_blocks, count, it, Hq, Hkv, Sk,
+                               BLOCK_M, BLOCK_N, STAGES, CAUSAL)
+            it += 1
+    else:
+        _load_tile(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_free, kv_ready,
+                   kv_free, first, row_blocks, 0, 0, Hq, Hkv, Sk, BLOCK_M, BLOCK_N, STAGES, CAUSAL)
+
+
+@gluon.jit
+def _load_tile(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_free, kv_ready, kv_free,
+               tile, row_blocks, count, it, Hq, Hkv, Sk,
+               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
+               CAUSAL: gl.constexpr):
+    """Loads of the `it`-th work tile after `count` K/V tiles; returns the new count."""
+    q_bytes: gl.constexpr = q_desc.block_type.nbytes
     kv_bytes: gl.constexpr = k_desc.block_type.nbytes + v_desc.block_type.nbytes
+    b, h, start = _tile(tile, row_blocks, Hq, BLOCK_M)
+    kv_h = h // (Hq // Hkv)
+    n_tiles = _kv_tiles(start, Sk, BLOCK_M, BLOCK_N, CAUSAL)
     for j in range(n_tiles):
-        stage = j % STAGES
+        stage = (count + j) % STAGES
         # Wait until both consumers released the slot's previous tile. A fresh barrier counts
         # as having completed the phase before 0, so the first STAGES waits pass at once.
-        mbarrier.wait(kv_free.index(stage), ((j // STAGES) & 1) ^ 1)
+        mbarrier.wait(kv_free.index(stage), (((count + j) // STAGES) & 1) ^ 1)
         mbarrier.expect(kv_ready.index(stage), kv_bytes)
         tma.async_copy_global_to_shared(k_desc, [b, kv_h, j * BLOCK_N, 0], kv_ready.index(stage),
                                         k_smem.index(stage))
         tma.async_copy_global_to_shared(v_desc, [b, kv_h, j * BLOCK_N, 0], kv_ready.index(stage),
                                         v_smem.index(stage))
+        if j == 0:
+            # Q after K/V(0): each consumer frees its Q slot after its last QKᵀ of the previous
+            # work tile, and K/V(0) streams in meanwhile.
+            for c in gl.static_range(2):
+                mbarrier.wait(q_free.index(c), (it & 1) ^ 1)
+                mbarrier.expect(q_ready.index(c), q_bytes)
+                tma.async_copy_global_to_shared(q_desc, [b, h, start + c * BLOCK_M, 0],
+                                                q_ready.index(c), q_smem.index(c))
+    return count + n_tiles
 
 
 # --------------------------------------------------------------------------------------------
@@ -92,27 +151,18 @@ def _softmax(s, m_i, l_i, j, row0, Sk, qk_scale,
 
 
 # --------------------------------------------------------------------------------------------
-# mma + softmax + epilogue of one consumer warpgroup.
+# mma + softmax of one consumer warpgroup over one work tile, and its epilogue.
 # --------------------------------------------------------------------------------------------
 @gluon.jit
-def _consume(o_desc, lse_ptr, q_smem, k_smem, v_smem, q_ready, kv_ready, kv_free, turn,
-             b, h, Hq, Sq, Sk, qk_scale, start, n_tiles,
-             CONSUMER: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-             HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-             OVERLAP: gl.constexpr):
-    dtype: gl.constexpr = q_smem.dtype
-    # wgmma accumulators: the 4 warps split the rows, one m64 instruction per 64 rows.
-    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, BLOCK_N, 16])
-    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
-                                                       instr_shape=[16, HEAD_DIM, 16])
-    # P stays in registers as wgmma's A operand, never touching shared memory.
-    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
-
-    row0 = start + CONSUMER * BLOCK_M
-    mbarrier.wait(q_ready.index(CONSUMER), 0)
-    q = q_smem.index(CONSUMER).reshape([BLOCK_M, HEAD_DIM])
-
+def _attend(q, k_smem, v_smem, q_free, kv_ready, kv_free, turn, base, n_tiles, row0, Sk, qk_scale,
+            s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr,
+            CONSUMER: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+            HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+            OVERLAP: gl.constexpr):
+    """O (unnormalised), m and l of this consumer's rows over key tiles 0..n_tiles-1. `base`
+    counts the K/V tiles, and so the turns, this consumer took in earlier work tiles: ring
+    slots and barrier phases continue from there."""
+    dtype: gl.constexpr = q.dtype
     m_i = gl.full([BLOCK_M], -float("inf"), gl.float32, gl.SliceLayout(1, s_layout))
     l_i = gl.full([BLOCK_M], 0.0, gl.float32, gl.SliceLayout(1, s_layout))
     acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
@@ -121,9 +171,9 @@ def _consume(o_desc, lse_ptr, q_smem, k_smem, v_smem, q_ready, kv_ready, kv_free
 
     if OVERLAP:
         # Tile 0 has no PV before it: QKᵀ alone, then its softmax.
-        mbarrier.wait(kv_ready.index(0), 0)
-        mbarrier.wait(turn.index(CONSUMER), 1 - CONSUMER)
-        k_t = k_smem.index(0).reshape([BLOCK_N, HEAD_DIM]).permute([1, 0])
+        mbarrier.wait(kv_ready.index(base % STAGES), (base // STAGES) & 1)
+        mbarrier.wait(turn.index(CONSUMER), (base & 1) ^ (1 - CONSUMER))
+        k_t = k_smem.index(base % STAGES).reshape([BLOCK_N, HEAD_DIM]).permute([1, 0])
         s_tok = warpgroup_mma(q, k_t, s_zero, use_acc=False, is_async=True)
         mbarrier.arrive(turn.index(1 - CONSUMER))
         s = warpgroup_mma_wait(0, deps=[s_tok])
@@ -131,11 +181,12 @@ def _consume(o_desc, lse_ptr, q_smem, k_smem, v_smem, q_ready, kv_ready, kv_free
                                           s_layout, BLOCK_M, BLOCK_N, CAUSAL)
         p = gl.convert_layout(p_f32.to(dtype), p_layout)
         for j in range(1, n_tiles):
-            stage = j % STAGES
-            prev = (j - 1) % STAGES
-            mbarrier.wait(kv_ready.index(stage), (j // STAGES) & 1)
+            count = base + j
+            stage = count % STAGES
+            prev = (count - 1) % STAGES
+            mbarrier.wait(kv_ready.index(stage), (count // STAGES) & 1)
             k_t = k_smem.index(stage).reshape([BLOCK_N, HEAD_DIM]).permute([1, 0])
-            mbarrier.wait(turn.index(CONSUMER), (j & 1) ^ (1 - CONSUMER))
+            mbarrier.wait(turn.index(CONSUMER), (count & 1) ^ (1 - CONSUMER))
             s_tok = warpgroup_mma(q, k_t, s_zero, use_acc=False, is_async=True)
             v = v_smem.index(prev).reshape([BLOCK_N, HEAD_DIM])
             acc = warpgroup_mma(p, v, acc, is_async=True)
@@ -154,15 +205,16 @@ def _consume(o_desc, lse_ptr, q_smem, k_smem, v_smem, q_ready, kv_ready, kv_free
             p = gl.convert_layout(p_f32.to(dtype), p_layout)
     else:
         for j in range(n_tiles):
-            stage = j % STAGES
-            mbarrier.wait(kv_ready.index(stage), (j // STAGES) & 1)
+            count = base + j
+            stage = count % STAGES
+            mbarrier.wait(kv_ready.index(stage), (count // STAGES) & 1)
             k_t = k_smem.index(stage).reshape([BLOCK_N, HEAD_DIM]).permute([1, 0])
             # Take the turn: consumer 0 starts (a fresh barrier passes the parity-1 wait).
-            mbarrier.wait(turn.index(CONSUMER), (j & 1) ^ (1 - CONSUMER))
+            mbarrier.wait(turn.index(CONSUMER), (count & 1) ^ (1 - CONSUMER))
             s_tok = warpgroup_mma(q, k_t, s_zero, use_acc=False, is_async=True)
             if j > 0:
                 # PV of the previous tile, queued behind QKᵀ so both run back to back.
-                prev = (j - 1) % STAGES
+                prev = (count - 1) % STAGES
                 v = v_smem.index(prev).reshape([BLOCK_N, HEAD_DIM])
                 acc = warpgroup_mma(p, v, acc, is_async=True)
                 acc = warpgroup_mma_wait(0, deps=[acc])
@@ -176,16 +228,24 @@ def _consume(o_desc, lse_ptr, q_smem, k_smem, v_smem, q_ready, kv_ready, kv_free
             acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
             p = gl.convert_layout(p_f32.to(dtype), p_layout)
 
+    # The last QKᵀ is done: the loader may put the next work tile's Q into this slot.
+    mbarrier.arrive(q_free.index(CONSUMER))
     # The last tile's PV (no turn: the tensor cores are ours once the other side is done too).
-    last = (n_tiles - 1) % STAGES
+    last = (base + n_tiles - 1) % STAGES
     acc = warpgroup_mma(p, v_smem.index(last).reshape([BLOCK_N, HEAD_DIM]), acc, is_async=True)
     acc = warpgroup_mma_wait(0, deps=[acc])
     mbarrier.arrive(kv_free.index(last))
+    return acc, m_i, l_i
 
-    # epilogue: normalise, O through shared memory (Q's slot is free now) and TMA; LSE direct.
+
+@gluon.jit
+def _epilogue(acc, m_i, l_i, o_desc, o_smem, lse_ptr, b, h, row0, Hq, Sq,
+              s_layout: gl.constexpr, o_layout: gl.constexpr,
+              BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr):
+    """O normalised by l, through shared memory and TMA; LSE stored directly."""
     l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
-    o = (acc / gl.expand_dims(l_o, 1)).to(dtype)
-    o_smem = q_smem.index(CONSUMER)
+    o = (acc / gl.expand_dims(l_o, 1)).to(o_smem.dtype)
+    tma.store_wait(0)  # the previous work tile's O has left o_smem
     o_smem.reshape([BLOCK_M, HEAD_DIM]).store(o)
     fence_async_shared()
     tma.async_copy_shared_to_global(o_desc, [b, h, row0, 0], o_smem)
@@ -195,52 +255,112 @@ def _consume(o_desc, lse_ptr, q_smem, k_smem, v_smem, q_ready, kv_ready, kv_free
     rows = row0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
     lse_base = (b.to(gl.int64) * Hq + h) * Sq
     gl.store(lse_ptr + lse_base + rows, lse, mask=rows < Sq)
+
+
+@gluon.jit
+def _consume(o_desc, lse_ptr, q_smem, o_smem, k_smem, v_smem, q_ready, q_free, kv_ready, kv_free,
+             turn, B, Hq, Sq, Sk, qk_scale,
+             CONSUMER: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+             HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+             OVERLAP: gl.constexpr, PERSISTENT: gl.constexpr):
+    # wgmma accumulators: the 4 warps split the rows, one m64 instruction per 64 rows.
+    s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, BLOCK_N, 16])
+    o_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                       instr_shape=[16, HEAD_DIM, 16])
+    # P stays in registers as wgmma's A operand, never touching shared memory.
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
+
+    first, end, step, row_blocks = _work(B, Hq, Sq, BLOCK_M, PERSISTENT)
+    if PERSISTENT:
+        count = 0  # K/V tiles (and turns) taken so far
+        it = 0     # work tiles so far
+        for tile in range(first, end, step):
+            n_tiles = _consume_tile(o_desc, lse_ptr, q_smem, o_smem, k_smem, v_smem, q_ready,
+                                    q_free, kv_ready, kv_free, turn, tile, row_blocks, count, it,
+                                    Hq, Sq, Sk, qk_scale, s_layout, o_layout, p_layout,
+                                    CONSUMER, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP)
+            count += n_tiles
+            it += 1
+    else:
+        # One work tile, and no loop around it: loop-carried counters would cost registers
+        # that the overlapped schedule at head dim 128 does not have to spare.
+        _consume_tile(o_desc, lse_ptr, q_smem, o_smem, k_smem, v_smem, q_ready, q_free,
+                      kv_ready, kv_free, turn, first, row_blocks, 0, 0,
+                      Hq, Sq, Sk, qk_scale, s_layout, o_layout, p_layout,
+                      CONSUMER, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP)
     tma.store_wait(0)
 
 
 @gluon.jit
-def _consumer1(o_desc, lse_ptr, q_smem, k_smem, v_smem, q_ready, kv_ready, kv_free, turn,
-               b, h, Hq, Sq, Sk, qk_scale, start, n_tiles,
-               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
-               STAGES: gl.constexpr, CAUSAL: gl.constexpr, OVERLAP: gl.constexpr):
-    _consume(o_desc, lse_ptr, q_smem, k_smem, v_smem, q_ready, kv_ready, kv_free, turn,
-             b, h, Hq, Sq, Sk, qk_scale, start, n_tiles,
-             1, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP)
+def _consume_tile(o_desc, lse_ptr, q_smem, o_smem, k_smem, v_smem, q_ready, q_free, kv_ready,
+                  kv_free, turn, tile, row_blocks, count, it, Hq, Sq, Sk, qk_scale,
+                  s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr,
+                  CONSUMER: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                  HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                  OVERLAP: gl.constexpr):
+    """One work tile of one consumer, the `it`-th it serves, after `count` K/V tiles; returns
+    how many K/V tiles it took."""
+    b, h, start = _tile(tile, row_blocks, Hq, BLOCK_M)
+    n_tiles = _kv_tiles(start, Sk, BLOCK_M, BLOCK_N, CAUSAL)
+    row0 = start + CONSUMER * BLOCK_M
+    mbarrier.wait(q_ready.index(CONSUMER), it & 1)
+    q = q_smem.index(CONSUMER).reshape([BLOCK_M, HEAD_DIM])
+    acc, m_i, l_i = _attend(q, k_smem, v_smem, q_free, kv_ready, kv_free, turn, count, n_tiles,
+                            row0, Sk, qk_scale, s_layout, o_layout, p_layout,
+                            CONSUMER, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP)
+    _epilogue(acc, m_i, l_i, o_desc, o_smem.index(CONSUMER), lse_ptr, b, h, row0, Hq, Sq,
+              s_layout, o_layout, BLOCK_M, HEAD_DIM)
+    return n_tiles
 
 
 @gluon.jit
-def _consumer0(o_desc, lse_ptr, q_smem, k_smem, v_smem, q_ready, kv_ready, kv_free, turn,
-               b, h, Hq, Sq, Sk, qk_scale, start, n_tiles,
+def _consumer1(o_desc, lse_ptr, q_smem, o_smem, k_smem, v_smem, q_ready, q_free, kv_ready,
+               kv_free, turn, B, Hq, Sq, Sk, qk_scale,
                BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
-               STAGES: gl.constexpr, CAUSAL: gl.constexpr, OVERLAP: gl.constexpr):
-    _consume(o_desc, lse_ptr, q_smem, k_smem, v_smem, q_ready, kv_ready, kv_free, turn,
-             b, h, Hq, Sq, Sk, qk_scale, start, n_tiles,
-             0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP)
+               STAGES: gl.constexpr, CAUSAL: gl.constexpr, OVERLAP: gl.constexpr,
+               PERSISTENT: gl.constexpr):
+    _consume(o_desc, lse_ptr, q_smem, o_smem, k_smem, v_smem, q_ready, q_free, kv_ready, kv_free,
+             turn, B, Hq, Sq, Sk, qk_scale,
+             1, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP, PERSISTENT)
 
 
 @gluon.jit
-def attn_fwd_pingpong(q_desc, k_desc, v_desc, o_desc, lse_ptr, Hq, Hkv, Sq, Sk, qk_scale,
+def _consumer0(o_desc, lse_ptr, q_smem, o_smem, k_smem, v_smem, q_ready, q_free, kv_ready,
+               kv_free, turn, B, Hq, Sq, Sk, qk_scale,
+               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
+               STAGES: gl.constexpr, CAUSAL: gl.constexpr, OVERLAP: gl.constexpr,
+               PERSISTENT: gl.constexpr):
+    _consume(o_desc, lse_ptr, q_smem, o_smem, k_smem, v_smem, q_ready, q_free, kv_ready, kv_free,
+             turn, B, Hq, Sq, Sk, qk_scale,
+             0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP, PERSISTENT)
+
+
+@gluon.jit
+def attn_fwd_pingpong(q_desc, k_desc, v_desc, o_desc, lse_ptr, B, Hq, Hkv, Sq, Sk, qk_scale,
                       BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                       STAGES: gl.constexpr, CAUSAL: gl.constexpr, OVERLAP: gl.constexpr,
+                      PERSISTENT: gl.constexpr,
                       CONSUMER_REGS: gl.constexpr, LOAD_REGS: gl.constexpr):
-    """grid: (cdiv(Sq, 2 * BLOCK_M), B * Hq); num_warps = 4 (consumer 0)."""
-    start = gl.program_id(0) * (2 * BLOCK_M)
-    bh = gl.program_id(1)
-    b = bh // Hq
-    h = bh % Hq
-    kv_h = h // (Hq // Hkv)
-    n_tiles = _kv_tiles(start, Sk, BLOCK_M, BLOCK_N, CAUSAL)
-
+    """grid: (cdiv(Sq, 2 * BLOCK_M), B * Hq), or (num_sms,) when PERSISTENT; num_warps = 4
+    (consumer 0)."""
     dtype: gl.constexpr = q_desc.dtype
     q_smem = gl.allocate_shared_memory(dtype, [2] + q_desc.block_type.shape, q_desc.layout)
+    if PERSISTENT:
+        # O has a buffer of its own, so the next work tile's Q can load during this epilogue.
+        o_smem = gl.allocate_shared_memory(dtype, [2] + o_desc.block_type.shape, o_desc.layout)
+    else:
+        o_smem = q_smem  # one work tile: O goes out through Q's slot once the last QKᵀ is done
     k_smem = gl.allocate_shared_memory(dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout)
     q_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    q_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     kv_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     kv_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for i in gl.static_range(2):
         mbarrier.init(q_ready.index(i), count=1)
+        mbarrier.init(q_free.index(i), count=1)
         mbarrier.init(turn.index(i), count=1)
     for i in gl.static_range(STAGES):
         mbarrier.init(kv_ready.index(i), count=1)
@@ -249,12 +369,12 @@ def attn_fwd_pingpong(q_desc, k_desc, v_desc, o_desc, lse_ptr, Hq, Hkv, Sq, Sk, 
     # The argument tuples are written in the call: a tuple stored in a variable would turn its
     # constexprs into runtime values.
     gl.warp_specialize([
-        (_consumer0, (o_desc, lse_ptr, q_smem, k_smem, v_smem, q_ready, kv_ready, kv_free, turn,
-                      b, h, Hq, Sq, Sk, qk_scale, start, n_tiles,
-                      BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP)),
-        (_consumer1, (o_desc, lse_ptr, q_smem, k_smem, v_smem, q_ready, kv_ready, kv_free, turn,
-                      b, h, Hq, Sq, Sk, qk_scale, start, n_tiles,
-                      BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP)),
-        (_load, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, kv_ready, kv_free,
-                 b, h, kv_h, start, n_tiles, BLOCK_M, BLOCK_N, STAGES)),
+        (_consumer0, (o_desc, lse_ptr, q_smem, o_smem, k_smem, v_smem, q_ready, q_free, kv_ready,
+                      kv_free, turn, B, Hq, Sq, Sk, qk_scale,
+                      BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP, PERSISTENT)),
+        (_consumer1, (o_desc, lse_ptr, q_smem, o_smem, k_smem, v_smem, q_ready, q_free, kv_ready,
+                      kv_free, turn, B, Hq, Sq, Sk, qk_scale,
+                      BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP, PERSISTENT)),
+        (_load, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_free, kv_ready,
+                 kv_free, B, Hq, Hkv, Sq, Sk, BLOCK_M, BLOCK_N, STAGES, CAUSAL, PERSISTENT)),
     ], [4, 1], [CONSUMER_REGS, LOAD_REGS])
