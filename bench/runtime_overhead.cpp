@@ -7,8 +7,12 @@
 //          the recording driver (which launches nothing).
 // Run it a few times for several cold samples: each process is one.
 //
-//   runtime_overhead [archive.apk] [--json]     (default: the device's archive in
-//                                                $ATTNPACK_BUNDLE_DIR)
+//   runtime_overhead [archive.apk] [--json] [--kernel NAME]
+//     archive  default: the device's archive in $ATTNPACK_BUNDLE_DIR
+//     kernel   default: the one the archive selects for the problem. The bare launch replays
+//              the recording driver's argument bytes, whose tensor-map slots are placeholders,
+//              so a kernel with tensor maps (the gluon family) cannot be compared that way:
+//              the bench refuses it and asks for a kernel without them.
 #include <attnpack/attnpack.h>
 #include <cuda.h>
 
@@ -96,9 +100,11 @@ double per_call_micros(Launch launch, CUstream stream) {
 
 int main(int argc, char** argv) {
   const char* archive = nullptr;
+  const char* forced_kernel = nullptr;
   bool as_json = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--json") == 0) as_json = true;
+    else if (std::strcmp(argv[i], "--kernel") == 0 && i + 1 < argc) forced_kernel = argv[++i];
     else archive = argv[i];
   }
   // The context first: PyTorch has one long before its first SDPA call.
@@ -133,6 +139,7 @@ int main(int argc, char** argv) {
     *tensor = {reinterpret_cast<void*>(address), int64_t(H) * S * D, int64_t(S) * D, D, 1};
   }
   problem.lse = reinterpret_cast<void*>(lse);
+  problem.kernel = forced_kernel;
   attnpack_launch_params launch{};
   launch.struct_size = sizeof(launch);
   launch.stream = stream;
@@ -173,6 +180,11 @@ int main(int argc, char** argv) {
   size_t length = 0;
   check(attnpack_recorded_launches(recording, json.data(), json.size(), &length), "recorded launches");
   json.resize(length);
+  if (json.find("\"tensormaps\":[{") != std::string::npos) {
+    std::fprintf(stderr, "kernel %s takes tensor maps; the bare cuLaunchKernel cannot replay them — "
+                 "pass --kernel with a kernel that has none (a triton-family forward)\n", kernel_name.c_str());
+    return 2;
+  }
   const double recording_us = per_call_micros([&] { attnpack_forward(recording, &problem, &launch); }, nullptr);
 
   std::vector<unsigned char> image(image_size);
