@@ -1,9 +1,8 @@
 """The Gluon dual-wave (ping-pong) forward for sm_90: its launch step and declared variant space.
 
 Run and measured on the H200 (docs/gluon-family.md). The family has priority 1000, so it is
-never a family default: it serves where the tuning database picks it (90 of the 176 sm_90
-forward keys, mostly head dim 128), with the triton default behind it for inputs a TMA
-descriptor cannot take.
+never a family default: it serves where the tuning database picks it (141 of the 176 sm_90
+forward keys), with the triton default behind it for inputs a TMA descriptor cannot take.
 
 Config knobs:
   M           query rows per consumer warpgroup (a work tile is 2 * M rows)
@@ -34,6 +33,7 @@ FWD_CONFIGS = (
     {"M": 64, "N": 64, "stages": 3, "overlap": 1},
     {"M": 64, "N": 128, "stages": 3, "overlap": 1},
     {"M": 64, "N": 64, "stages": 2, "overlap": 1},
+    # persistent N128/2 stages keeps the plain schedule: the overlapped one spills at head dim 128
     {"M": 64, "N": 128, "stages": 2, "persistent": 1},
     {"M": 64, "N": 64, "stages": 3, "overlap": 1, "persistent": 1},
     {"M": 64, "N": 128, "stages": 3, "overlap": 1, "persistent": 1},
