@@ -33,6 +33,11 @@ class KernelFacts:
     kernarg_size: int = 0
     param_base: int | None = None  # CUDA: where the parameters start in constant bank 0
     resources: dict[str, int] = field(default_factory=dict)
+    # AMDGPU only, parallel to `params`: each argument's metadata .name and .value_kind
+    # (hand-written code objects name their slots; prebuilt-object checks compare them)
+    param_names: list[str] = field(default_factory=list)
+    param_kinds: list[str] = field(default_factory=list)
+    reqd_workgroup_size: tuple[int, int, int] | None = None   # AMDGPU .reqd_workgroup_size
 
 
 def _sections(data: bytes) -> list[tuple[str, int, int, int, int]]:
@@ -135,8 +140,12 @@ def _amdgpu_facts(data: bytes, flags: int, symbol: str) -> KernelFacts:
     if not kernels:
         raise ElfError(f"no amdhsa.kernels entry named '{symbol}'")
     k = kernels[0]
-    facts.params = [(a[".offset"], a[".size"]) for a in k[".args"]
-                    if not a[".value_kind"].startswith("hidden_")]
+    args = [a for a in k.get(".args", []) if not a[".value_kind"].startswith("hidden_")]
+    facts.params = [(a[".offset"], a[".size"]) for a in args]
+    facts.param_names = [a.get(".name", "") for a in args]
+    facts.param_kinds = [a[".value_kind"] for a in args]
+    if ".reqd_workgroup_size" in k:
+        facts.reqd_workgroup_size = tuple(k[".reqd_workgroup_size"])
     facts.kernarg_size = k[".kernarg_segment_size"]
     facts.resources = {
         "vgpr": k.get(".vgpr_count", 0), "sgpr": k.get(".sgpr_count", 0),
@@ -144,6 +153,7 @@ def _amdgpu_facts(data: bytes, flags: int, symbol: str) -> KernelFacts:
         "scratch_bytes": k.get(".private_segment_fixed_size", 0),
         "vgpr_spills": k.get(".vgpr_spill_count", 0), "sgpr_spills": k.get(".sgpr_spill_count", 0),
         "wavefront_size": k.get(".wavefront_size", 0),
+        "max_workgroup_size": k.get(".max_flat_workgroup_size", 0),
     }
     return facts
 
