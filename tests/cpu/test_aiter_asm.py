@@ -362,5 +362,26 @@ def test_selection_and_every_refusal_reason():
     assert obj.member.endswith("bwd_hd192_fp16_a32_psskddv.co")
 
 
+def test_glue_kernels_compile_for_both_archs_without_spills():
+    glue = importlib.import_module(kernels.__name__.rsplit(".", 1)[0] + ".glue")
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    import triton
+    for arch in kernels.ARCHS:
+        for name, step in glue.GLUE_STEPS.items():
+            signature = {a: "*bf16" if a in ("o", "do", "dq") else "*fp32" if a in
+                         ("delta", "dq_acc") else "i64" if "_stride_" in a else "i32"
+                         for a in step["args"]}
+            consts = {"HEAD_DIM": 96, "BLOCK_D": glue.block_d(96), "BLOCK_M": glue.BLOCK_M}
+            compiled = triton.compile(
+                ASTSource(fn=step["fn"], signature={**signature, **dict.fromkeys(consts,
+                                                                                 "constexpr")},
+                          constexprs=consts),
+                target=GPUTarget("hip", arch, 64), options={"num_warps": 4})
+            facts = kernel_facts(compiled.asm["hsaco"], compiled.name)
+            assert facts.arch == arch, name
+            assert facts.resources["vgpr_spills"] == facts.resources["scratch_bytes"] == 0, name
+
+
 def test_family_imports_nothing_from_aiter():
     assert not any(m == "aiter" or m.startswith("aiter.") for m in sys.modules)

@@ -307,16 +307,18 @@ def exclusion_reason(member: str) -> str | None:
 # ---------------------------------------------------------------------------------------------
 # The backward as one variant: preprocess, assembly kernel, dQ convert.
 BWD_WORKSPACE = (
-    # (name, shape words, zero before the first step)
-    ("delta", ("B", "Hq", "Sq"), False),
-    ("dq_acc", ("B", "Hq", "Sq", "D"), True),
+    # (name, shape words; both contiguous float32). dq_acc must be zero when the assembly
+    # kernel starts: the prepare step zeroes it, so the runtime needs no memset.
+    ("delta", ("B", "Hq", "Sq")),
+    ("dq_acc", ("B", "Hq", "Sq", "D")),
 )
 BWD_SEQUENCE = (
-    ("prepare", "delta[b, h, s] = sum_d dO[b, h, s, d] * O[b, h, s, d] in float32 (the triton "
-                "family's attn_bwd_preprocess); dq_acc must be zero before the next step"),
+    ("prepare", "glue.aiter_bwd_prepare: delta[b, h, s] = sum_d dO * O in float32 (what the "
+                "triton family's attn_bwd_preprocess computes) and dq_acc rows zeroed"),
     ("asm", "the AITER backward: dK, dV written in the problem's dtype; dQ accumulated into "
-            "dq_acc with float32 atomics, already multiplied by sm_scale"),
-    ("convert_dq", "dq[b, h, s, :] = dq_acc[b, h, s, :] rounded to the problem's dtype"),
+            "dq_acc with float32 atomics, already multiplied by sm_scale; reads the forward's "
+            "natural-log LSE [B, Hq, Sq] and delta, both float32"),
+    ("convert_dq", "glue.aiter_bwd_convert_dq: dq = dq_acc rounded to the problem's dtype"),
 )
 
 
