@@ -149,7 +149,9 @@ def test_every_code_object_in_the_wheel_is_shipped_or_excluded_with_a_reason(whe
 
 @pytest.mark.parametrize("obj", kernels.CODE_OBJECTS, ids=lambda o: o.name)
 def test_code_object_agrees_with_its_declaration(wheel, obj):
-    assert verify.check_code_object(obj, wheel.read(obj.member)) == []
+    image = wheel.read(obj.member)
+    assert verify.check_code_object(obj, image) == []
+    assert verify.code_object_version(image) in (5, 6)
 
 
 # Hand-written from the structs in the wheel's csrc/include/mha_fwd.h and mha_bwd.h and the
@@ -259,6 +261,7 @@ def test_layouts_speak_only_declared_words():
     assert not set(kernels.NEW_WORDS) & attnpack_words
     used = {f.word for o in kernels.CODE_OBJECTS for f in o.layout.fields}
     assert used <= kernels.EXISTING_WORDS | set(kernels.NEW_WORDS)
+    assert set(kernels.NEW_WORDS) <= used          # no word declared for nothing
     for o in kernels.CODE_OBJECTS:
         for f in o.layout.fields:
             assert (f.wire == "ptr") == (f.size == 8)

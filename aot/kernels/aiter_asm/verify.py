@@ -20,6 +20,9 @@ from attnpack.archive.elf import AMDGPU_MACH, EM_AMDGPU, ElfError, kernel_facts
 from .kernels import CodeObject
 
 LDS_BYTES = {"gfx942": 64 * 1024, "gfx950": 160 * 1024}
+ELFOSABI_AMDGPU_HSA = 64
+# e_ident[EI_ABIVERSION] for ELFOSABI_AMDGPU_HSA: 2, 3, 4 are code object v4, v5, v6.
+CODE_OBJECT_VERSIONS = {2: 4, 3: 5, 4: 6}
 POINTER_KIND = "global_buffer"
 PAD_NAME = "pad"
 
@@ -34,6 +37,9 @@ def check_code_object(obj: CodeObject, image: bytes) -> list[str]:
         return [f"{where}: ELF machine {machine}, expected AMDGPU ({EM_AMDGPU})"]
     mach = struct.unpack_from("<I", image, 0x30)[0] & 0xFF
     problems = []
+    if image[7] != ELFOSABI_AMDGPU_HSA or image[8] not in CODE_OBJECT_VERSIONS:
+        problems.append(f"{where}: ELF OS ABI {image[7]} version {image[8]}, expected an HSA "
+                        "code object v4-v6 (OS ABI 64, version 2-4)")
     if mach != AMDGPU_MACH[obj.arch]:
         problems.append(f"{where}: EF_AMDGPU_MACH {mach:#x}, {obj.arch} is "
                         f"{AMDGPU_MACH[obj.arch]:#x}")
@@ -61,6 +67,11 @@ def check_code_object(obj: CodeObject, image: bytes) -> list[str]:
         problems.append(f"{where}: {res['lds_bytes']} bytes of LDS > {obj.arch}'s "
                         f"{LDS_BYTES[obj.arch]}")
     return problems
+
+
+def code_object_version(image: bytes) -> int:
+    """The AMDGPU code object version (the HIP loader must know it: AITER ships v5 and v6)."""
+    return CODE_OBJECT_VERSIONS.get(image[8], 0)
 
 
 def _check_kernargs(obj: CodeObject, facts, where: str) -> list[str]:
