@@ -31,7 +31,7 @@ from triton_family import (BACKENDS, SHAPES, flops, fmt, inputs, label,  # noqa:
 
 from attnpack import runtime as rt  # noqa: E402
 from attnpack.archive import read_archive  # noqa: E402
-from attnpack.build import BuildRequest, build_archives  # noqa: E402
+from attnpack.builder import BuildRequest, build_archives  # noqa: E402
 
 
 def archives(folder: Path | None) -> tuple[Path, Path]:

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from attnpack import __version__
-from attnpack.family import KNOWN_ARCHS
+from attnpack.targets import TARGETS
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -43,7 +43,7 @@ def _progress(total: int, label: str):
 
 @main.command()
 @click.option("--arch", "archs", multiple=True, required=True,
-              type=click.Choice(KNOWN_ARCHS), help="Target GPU arch; repeat for several.")
+              type=click.Choice(list(TARGETS)), help="Target GPU arch; repeat for several.")
 @click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("out"), show_default=True, help="Folder for the archives.")
 @click.option("--all", "all_variants", is_flag=True,
@@ -69,9 +69,9 @@ def build(archs, out_dir, all_variants, jobs, timeout, cache_dir, no_cache, fami
       attnpack build --arch sm_90 --arch gfx942 --arch gfx950 -o out/
       attnpack build --arch sm_90 --all -o tuning/        # every declared variant
     """
-    from attnpack.build import BuildError, BuildRequest, build_archives
-    from attnpack.build.builder import default_cache_dir
-    from attnpack.build.compile import CompileFailure
+    from attnpack.builder import BuildError, BuildRequest, build_archives
+    from attnpack.builder.build import default_cache_dir
+    from attnpack.builder.compile import CompileFailure
     req = BuildRequest(archs=tuple(dict.fromkeys(archs)), out_dir=out_dir,
                        all_variants=all_variants, jobs=jobs, timeout=timeout,
                        cache_dir=None if no_cache else (cache_dir or default_cache_dir()),
@@ -160,7 +160,7 @@ def _parse_shape(text: str) -> tuple[int, ...]:
 
 
 @main.command()
-@click.option("--arch", required=True, type=click.Choice(KNOWN_ARCHS),
+@click.option("--arch", required=True, type=click.Choice(list(TARGETS)),
               help="The local GPU's arch; the archive must target it.")
 @click.option("--archive", "archive_path", required=True,
               type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -188,7 +188,8 @@ def tune(arch, archive_path, out_path, ops, dtypes, head_dims, gqas, shapes, key
       attnpack tune --arch sm_90 --archive tuning/attnpack-0.1.0-sm_90.apk \\
                     -o aot/tuning_db/sm_90.jsonl --op fwd --dtype bf16 --head-dim 128
     """
-    from attnpack.tune.runner import TuneKey, standard_keys, tune as run_tune
+    from attnpack.keys import TuneKey
+    from attnpack.tune.runner import standard_keys, tune as run_tune
     if keys_file:
         keys = [TuneKey(**k) for k in json.loads(keys_file.read_text())]
     else:
@@ -288,7 +289,7 @@ def db_explain(file, shape, dtype, causal, op, as_json):
     Example:
       attnpack db explain aot/tuning_db/sm_90.jsonl --shape 4,32,8,4000,4000,128 --causal
     """
-    from attnpack.tune.db import key_text, problem_key
+    from attnpack.tune.db import problem_key
     b, hq, hkv, sq, sk, d = _parse_shape(shape)
     tdb = _load_db(file)
     try:
@@ -297,12 +298,11 @@ def db_explain(file, shape, dtype, causal, op, as_json):
         raise click.ClickException(str(e))
     entry = tdb.entries.get(key)
     if as_json:
-        click.echo(json.dumps({"bucket": dict(zip(("op", "dtype", "head_dim", "causal", "gqa",
-                                                   "sq", "sk"), key)), "entry": entry}, indent=1))
+        click.echo(json.dumps({"bucket": key.as_dict(), "entry": entry}, indent=1))
         return
     click.echo(f"shape B={b} Hq={hq} Hkv={hkv} Sq={sq} Sk={sk} D={d} {dtype} "
                f"{'causal' if causal else 'full'} {op}")
-    click.echo(f"bucket: {key_text(key)}")
+    click.echo(f"bucket: {key.text}")
     if entry is None:
         click.echo("no entry: the archive's per-functional default serves it")
     else:
@@ -354,7 +354,7 @@ def explain_sdpa(shape, dtype, causal, op, dropout_p, deterministic, device, arc
 
 
 @db.command("seed")
-@click.option("--arch", required=True, type=click.Choice(KNOWN_ARCHS))
+@click.option("--arch", required=True, type=click.Choice(list(TARGETS)))
 @click.option("-o", "--out", "out_path", required=True, type=click.Path(dir_okay=False, path_type=Path))
 def db_seed(arch, out_path):
     """Write an `untuned` database for a GPU that cannot be measured here: every key of the

@@ -13,7 +13,7 @@ WRONG = Path(__file__).parent / "fixtures" / "kernels" / "wrongattn"
 
 
 def test_wrong_kernel_is_rejected_and_the_rest_is_tuned(tmp_path):
-    from attnpack.build import BuildRequest, build_archives
+    from attnpack.builder import BuildRequest, build_archives
     from attnpack.tune.db import load_db
     from attnpack.tune.runner import TuneKey, tune
 

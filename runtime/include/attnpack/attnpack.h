@@ -159,6 +159,13 @@ typedef struct attnpack_kernel_info {
   uint32_t num_steps;
   const char* name;   /* "triton/fwd/bf16-d128-causal/BM128_BN64_w8_s3"; lives until close */
   const char* family; /* "triton" */
+  /* Version 2: the family's declared policy (docs/ARCHIVE.md, `families`), filled when
+   * struct_size covers it. */
+  int32_t deterministic; /* 1: bitwise-equal outputs for equal inputs (no atomics races) */
+  uint32_t priority;     /* default-serving rank before tuning: the lowest serves a key */
+  const char* backend;   /* "triton", "prebuilt", ...: how the family's images were made */
+  const char* license;   /* "MIT", ... */
+  const char* origin;    /* where the kernels come from */
 } attnpack_kernel_info;
 
 /* Which kernel serves `problem`: the one problem->kernel names, if set; else the archive's
