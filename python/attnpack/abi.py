@@ -58,7 +58,7 @@ TENSORMAP_OOB_FILLS = ("zero", "nan")
 # Where a word's value comes from. The C++ runtime has one ParamSource per entry, same order;
 # "workspace" and "tensormap" words are the kernel's own names, not vocabulary words.
 SOURCES = ("tensor", "lse", "workspace", "stride", "size", "head_dim", "sm_scale",
-           "sm_scale_log2", "global_scratch", "profile_scratch", "tensormap")
+           "sm_scale_log2", "global_scratch", "profile_scratch", "tensor_map")
 TRANSFORMS = ("none", "bytes")  # bytes: the value times the problem's element size
 
 

@@ -22,7 +22,7 @@ enum class ParamSource : uint8_t {
   Tensor,          // an element tensor's address (index: TensorId)
   Lse,             // the lse buffer's address
   Workspace,       // a workspace buffer's address (index: its position in the kernel's list)
-  Stride,          // <tensor>_stride_<b|h|s|d> (index: TensorId, axis: Axis; d is always 1)
+  Stride,          // <tensor>_stride_<b|h|s|d>[_bytes] (index: TensorId, axis: Axis; d is always 1)
   Size,            // B Hq Hkv Sq Sk (index: SizeId)
   HeadDim,         // D: the head dim (i32), as Triton passes a tensor descriptor's last extent
   SmScale,         // sm_scale

@@ -88,8 +88,11 @@ def _nv_attributes(data: bytes, section):
 def _cuda_facts(data: bytes, flags: int, symbol: str) -> KernelFacts:
     sections = _sections(data)
     symbols = _symbol_table(data, sections)
-    known = by_elf(EM_CUDA, flags & 0xFF)
-    facts = KernelFacts("cuda", known.arch if known else f"sm_{flags & 0xFF}", set(symbols.values()))
+    # The SM number sits in e_flags' low byte in cubins of ELF ABI version 7 (CUDA's format up
+    # to sm_90); ABI version 8 (sm_100 and newer, CUDA 12.8+) moved it to bits 8..15.
+    sm = (flags >> 8) & 0xFF if data[8] >= 8 else flags & 0xFF
+    known = by_elf(EM_CUDA, sm)
+    facts = KernelFacts("cuda", known.arch if known else f"sm_{sm}", set(symbols.values()))
     info = next((s for s in sections if s[0] == f".nv.info.{symbol}"), None)
     if info is None:
         raise ElfError(f"no .nv.info.{symbol} section (is '{symbol}' the entry point?)")
