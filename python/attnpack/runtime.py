@@ -147,6 +147,7 @@ def library() -> ctypes.CDLL:
         "attnpack_close": (None, [handle]),
         "attnpack_bundle_info_get": (status, [handle, p(BundleInfo)]),
         "attnpack_verify_images": (status, [handle]),
+        "attnpack_verify": (status, [handle]),
         "attnpack_kernel_image": (status, [handle, char_p, ctypes.c_uint32, ctypes.c_void_p, size,
                                            p(size)]),
         "attnpack_select": (status, [handle, p(Problem), p(KernelInfo)]),
@@ -346,6 +347,10 @@ class Bundle:
 
     def verify_images(self) -> None:
         check(self._lib.attnpack_verify_images(self.handle))
+
+    def verify(self) -> None:
+        """Every kernel's launch spec is launchable here, and every image checks out."""
+        check(self._lib.attnpack_verify(self.handle))
 
 
 # ---- torch helpers (tests, benchmarks, the tuning CLI) ------------------------------------

@@ -162,6 +162,14 @@ attnpack_status attnpack_verify_images(attnpack_bundle* bundle) {
   return guarded([&] { bundle_of(bundle).verify_images(); });
 }
 
+attnpack_status attnpack_verify(attnpack_bundle* bundle) {
+  return guarded([&] {
+    Bundle& b = bundle_of(bundle);
+    b.verify_launch_specs();
+    b.verify_images();
+  });
+}
+
 attnpack_status attnpack_kernel_image(attnpack_bundle* bundle, const char* kernel, uint32_t step,
                                       void* buffer, size_t capacity, size_t* size) {
   return guarded([&] {

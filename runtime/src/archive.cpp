@@ -482,6 +482,9 @@ void Archive::parse_meta(const uint8_t* bytes, uint64_t size) {
     target.at("image_kind").inconsistent("is " + target_.image_kind + ", which the " + vendor + " driver does not load");
   }
   target_.wave_size = target.at("wave_size").u32();
+  if (target_.wave_size != (target_.vendor == Vendor::Nvidia ? 32u : 64u)) {
+    target.at("wave_size").inconsistent("is " + std::to_string(target_.wave_size) + ", which no " + vendor + " GPU has");
+  }
   target_.shared_bytes = target.at("shared_bytes").u32();
   bundle_version_ = meta.at("bundle_version").str();
   meta.at("compilers").each_entry(

@@ -296,6 +296,14 @@ void Bundle::verify_images() const {
   for (uint32_t i = 0; i < archive_->images().size(); ++i) archive_->image_bytes(i);
 }
 
+void Bundle::verify_launch_specs() const {
+  for (const KernelPlan& plan : plans_) {
+    if (!plan.defect.empty()) {
+      fail(ATTNPACK_STATUS_BAD_LAUNCH_SPEC, archive_->describe("kernel " + plan.record->name + " " + plan.defect));
+    }
+  }
+}
+
 std::string Bundle::stats_json() const {
   std::string calls;
   for (size_t k = 0; k < archive_->kernels().size(); ++k) {

@@ -237,11 +237,23 @@ def build_triton_fwd(root: Path) -> Path:
     return build_archives(req)[0]
 
 
+def build_fuzz_target(root: Path) -> Path:
+    """The shipped sm_90 bundle cut to bf16 head dim 128: tuned entries, Gluon kernels with
+    tensor maps and persistent grids, triton forwards and backwards with workspaces. The
+    user's compile cache is used, which the setup's default bundle build has filled."""
+    from attnpack.builder import BuildRequest, build_archives
+    from attnpack.builder.build import default_cache_dir
+    req = BuildRequest(archs=("sm_90",), out_dir=root / "fuzz", cache_dir=default_cache_dir(),
+                       jobs=2, dtypes=("bf16",), head_dims=(128,))
+    return build_archives(req)[0]
+
+
 def prebuild(root: str) -> None:
     """Compiles every archive the tests need into `root`, for $ATTNPACK_TEST_ARCHIVE_DIR."""
     build_toy(Path(root))
     build_toy_tuned(Path(root))
     build_triton_fwd(Path(root))
+    build_fuzz_target(Path(root))
 
 
 def _prebuilt(sub: str) -> list[Path]:
@@ -272,6 +284,13 @@ def triton_fwd_archive(tmp_path_factory) -> Path:
     """The Triton family's forward, fp16, head dim 64, causal and full, compiled for sm_90."""
     ready = _prebuilt("triton")
     return ready[0] if ready else build_triton_fwd(tmp_path_factory.mktemp("runtime_triton"))
+
+
+@pytest.fixture(scope="session")
+def fuzz_target_archive(tmp_path_factory) -> Path:
+    """The sm_90 bf16 d128 slice of the shipped bundle (build_fuzz_target)."""
+    ready = _prebuilt("fuzz")
+    return ready[0] if ready else build_fuzz_target(tmp_path_factory.mktemp("runtime_fuzz"))
 
 
 @pytest.fixture(scope="session")

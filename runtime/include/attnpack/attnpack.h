@@ -115,6 +115,12 @@ ATTNPACK_API attnpack_status attnpack_bundle_info_get(const attnpack_bundle* bun
 /* Inflates every image and checks its sha256, with no driver (what a first load checks). */
 ATTNPACK_API attnpack_status attnpack_verify_images(attnpack_bundle* bundle);
 
+/* Everything the runtime can check with no driver: every kernel's launch spec is one this
+ * runtime can launch (ATTNPACK_STATUS_BAD_LAUNCH_SPEC naming the first kernel that is not, and
+ * why; open() keeps such kernels out of selection instead of refusing the archive), then every
+ * image as attnpack_verify_images. */
+ATTNPACK_API attnpack_status attnpack_verify(attnpack_bundle* bundle);
+
 /* The raw (inflated, sha256-checked) image that step `step` of kernel `kernel` runs: exactly
  * the bytes a first load hands to the driver. Copies up to `capacity` bytes; *size receives
  * the image size. */
