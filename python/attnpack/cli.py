@@ -376,13 +376,15 @@ def explain_sdpa(shape, dtype, causal, op, dropout_p, deterministic, device, arc
               help="Cold starts in fresh processes (and the Triton compile of the kernel).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the stream's lengths.")
 @click.option("--no-plots", is_flag=True, help="Skip the PNG plots.")
+@click.option("--markdown", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Where the markdown report goes [default: OUT/report.md].")
 @click.option("--report-only", "results_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Regenerate tables, CSV, plots and markdown from a recorded results.json (no GPU).")
 @click.option("--compare", nargs=2, type=click.Path(exists=True, dir_okay=False, path_type=Path),
               default=None, help="OLD.json NEW.json: rows whose serving kernel changed, old and new speed.")
 @click.option("--json", "as_json", is_flag=True, help="Print results (or the comparison) as JSON.")
 def bench(shape_files, ops, dtypes, backends, out_dir, max_rows, only, reps, warmup, dynamic,
-          requests, new_lengths, cold, seed, no_plots, results_file, compare, as_json):
+          requests, new_lengths, cold, seed, no_plots, markdown, results_file, compare, as_json):
     """Is the bundle faster on this GPU, by how much, and which kernel served each shape.
 
     Times plain F.sdpa with attnpack enabled against PyTorch's default, flash and efficient,
@@ -392,7 +394,8 @@ def bench(shape_files, ops, dtypes, backends, out_dir, max_rows, only, reps, war
     \b
     Example:
       attnpack bench --ops fwd,fwdbwd --dtype bf16 --out bench-out/
-      attnpack bench --report-only bench-out/results.json --out docs/
+      attnpack bench --report-only bench-out/results.json --out docs/performance \\
+                     --markdown docs/performance.md
       attnpack bench --compare old/results.json bench-out/results.json
     """
     from attnpack.bench import command, report
@@ -402,7 +405,7 @@ def bench(shape_files, ops, dtypes, backends, out_dir, max_rows, only, reps, war
             click.echo(command.compare_files(*compare, as_json), nl=as_json)
             return
         if results_file:
-            results, written = command.report_only(results_file, out_dir, plots=not no_plots)
+            results, written = command.report_only(results_file, out_dir, not no_plots, markdown)
         else:
             from attnpack.bench.run import BenchError
             try:
@@ -411,7 +414,8 @@ def bench(shape_files, ops, dtypes, backends, out_dir, max_rows, only, reps, war
                                           progress=_progress)
             except BenchError as e:
                 raise click.ClickException(str(e))
-            written = report.write_outputs(results, out_dir or Path("bench-out"), plots=not no_plots)
+            written = report.write_outputs(results, out_dir or Path("bench-out"),
+                                           plots=not no_plots, markdown=markdown)
     except (ShapeFileError, report.ResultsError, command.UsageError) as e:
         raise click.ClickException(str(e))
     click.echo(json.dumps(results, indent=1) if as_json else report.render_text(results))

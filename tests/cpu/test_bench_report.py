@@ -200,6 +200,17 @@ def test_markdown_tables_plots_and_files(results, tmp_path):
     assert "not measured: takes TMA descriptors" in md
 
 
+def test_markdown_elsewhere_links_its_plots_relative_to_itself(results, tmp_path):
+    """As for docs: --out docs/performance --markdown docs/performance.md."""
+    docs = tmp_path / "docs"
+    written = report.write_outputs(results, docs / "performance", markdown=docs / "performance.md")
+    assert written["markdown"] == docs / "performance.md" and not (docs / "performance" / "report.md").exists()
+    md = (docs / "performance.md").read_text()
+    assert "![attnpack / default, fwd](performance/speedup_fwd.png)" in md
+    assert "--report-only performance/results.json" in md
+    assert (docs / "performance" / "speedup_fwd.png").is_file()
+
+
 def test_report_without_dynamic_section_or_plots(results, tmp_path):
     del results["dynamic"]
     written = report.write_outputs(results, tmp_path, plots=False)
@@ -377,3 +388,35 @@ def test_cli_refuses_bad_options_and_a_missing_gpu(tmp_path):
     if not torch.cuda.is_available():
         done = runner.invoke(main, ["bench", "--max-rows", "1", "--out", str(tmp_path)])
         assert done.exit_code != 0 and "no CUDA/ROCm GPU here" in done.output
+
+
+# ---------------------------------------------------------------- measuring helpers without a GPU
+def test_refusal_reason_comes_from_pytorchs_warnings():
+    import warnings
+
+    from attnpack.bench.measure import refusal
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        warnings.warn("Memory efficient kernel not used because: (Triggered internally at "
+                      "/pytorch/aten/src/ATen/native/transformers/cuda/sdp_utils.cpp:859.)")
+        warnings.warn("For dense inputs, both fused kernels require query, key and value to have "
+                      "the same num_heads. Query.sizes(): [2, 8, 256, 64], Key sizes(): [2, 2, 256, 64]"
+                      " (Triggered internally at /pytorch/aten/src/ATen/native/transformers/sdp_utils_cpp.h:385.)")
+    text = refusal(RuntimeError("No available kernel. Aborting execution."), caught)
+    assert text == ("Memory efficient kernel not used because: For dense inputs, both fused kernels "
+                    "require query, key and value to have the same num_heads. Query.sizes(): "
+                    "[2, 8, 256, 64], Key sizes(): [2, 2, 256, 64] No available kernel. Aborting execution.")
+
+
+def test_cold_start_child_times_the_compile_of_a_kernel_with_no_gpu(tmp_path):
+    """The child that times the Triton compile the bundle saves; compiling needs no GPU."""
+    from attnpack.bench import dynamic
+    kernel = "triton/fwd/bf16-d64-causal/M64_N64_warps4_stages3"
+    env = dynamic.child_env({"TRITON_CACHE_DIR": str(tmp_path / "triton")})
+    got = dynamic.run_child(["--backend", "triton_compile", "--arch", "sm_90", "--kernel", kernel,
+                             "--shape", "1,2,2,64,64,64", "--causal"], env)
+    assert got["kernel"] == kernel and got["compile_ms"] > 0, got
+    assert list(got["steps_ms"]) == ["fwd"] and got["compile_ms"] == got["steps_ms"]["fwd"]
+    # a child that fails hands back its error, never nothing
+    got = dynamic.run_child(["--backend", "triton_compile", "--shape", "1,2,2,64,64,64"], env)
+    assert "--backend triton_compile needs --kernel" in got["error"]

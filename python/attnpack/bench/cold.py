@@ -4,7 +4,7 @@
     python -m attnpack.bench.cold --backend triton_jit --kernel triton/fwd/... --shape ...
 
 Backends:
-- attnpack, default, flash: F.sdpa's very first call (wall time to completion) after the
+- attnpack, default, and cudnn, flash, efficient (forced): F.sdpa's very first call (wall time to completion) after the
   inputs exist; attnpack's includes opening the archive and loading the kernel image, and its
   enable() (loading the extension, settling PyTorch's SDPA order) is reported beside it;
 - triton_compile: triton.compile of each launch step of the named kernel for this GPU, from
@@ -16,9 +16,12 @@ Backends:
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
 import time
+
+FORCED = {"cudnn": "CUDNN_ATTENTION", "flash": "FLASH_ATTENTION", "efficient": "EFFICIENT_ATTENTION"}
 
 
 def _arch(torch) -> str:
@@ -74,8 +77,8 @@ def sdpa_first_call(args) -> dict:
         result["second_call_ms"] = _timed_ms(torch, call)
         stats = attnpack_torch.stats()
         result["kernels"], result["fallbacks"] = stats["calls"], stats["fallbacks"]
-    elif args.backend == "flash":
-        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+    elif args.backend in FORCED:
+        with sdpa_kernel(getattr(SDPBackend, FORCED[args.backend])):
             result["first_call_ms"] = _timed_ms(torch, call)
             result["second_call_ms"] = _timed_ms(torch, call)
     else:
@@ -85,11 +88,10 @@ def sdpa_first_call(args) -> dict:
 
 
 def triton_compile(args) -> dict:
-    import torch
     import triton
 
     from attnpack.build.compile import CompileJob, gpu_target
-    arch = _arch(torch)
+    arch = args.arch or _arch(importlib.import_module("torch"))  # torch only to ask the GPU
     variant = _variant(args.kernel, arch)
     steps = {}
     for step in variant.steps:
@@ -127,12 +129,14 @@ def triton_jit(args) -> dict:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", required=True,
-                        choices=("attnpack", "default", "flash", "triton_compile", "triton_jit"))
+                        choices=("attnpack", "default", *FORCED, "triton_compile", "triton_jit"))
     parser.add_argument("--shape", required=True, type=lambda s: tuple(int(x) for x in s.split(",")),
                         help="B,Hq,Hkv,Sq,Sk,D")
     parser.add_argument("--dtype", default="bf16", choices=("bf16", "fp16"))
     parser.add_argument("--causal", action="store_true")
     parser.add_argument("--kernel", help="for triton_compile / triton_jit: the archive's kernel name")
+    parser.add_argument("--arch", help="for triton_compile: the target (default: this GPU's); "
+                                       "compiling needs no GPU")
     args = parser.parse_args(argv)
     if args.backend.startswith("triton") and not args.kernel:
         parser.error(f"--backend {args.backend} needs --kernel")

@@ -30,10 +30,12 @@ def compare_files(old: Path, new: Path, as_json: bool) -> str:
     return json.dumps(diff, indent=1) if as_json else report.render_compare(diff)
 
 
-def report_only(results_path: Path, out_dir: Path | None, plots: bool) -> tuple[dict, dict]:
+def report_only(results_path: Path, out_dir: Path | None, plots: bool,
+                markdown: Path | None = None) -> tuple[dict, dict]:
     """Regenerate every output from a recorded run; (results, written files)."""
     results = report.load_results(results_path)
-    written = report.write_outputs(results, out_dir or Path(results_path).parent, plots=plots)
+    written = report.write_outputs(results, out_dir or Path(results_path).parent, plots=plots,
+                                   markdown=markdown)
     return results, written
 
 

@@ -91,7 +91,7 @@ def new_lengths(shape: Shape, count: int, backends=STREAM_BACKENDS, base: int = 
     return out
 
 
-def _child_env(extra: dict | None = None) -> dict:
+def child_env(extra: dict | None = None) -> dict:
     """The environment of a child: this one (ATTNPACK_* included), with this attnpack package
     first on PYTHONPATH, so a relative PYTHONPATH or another install cannot swap it."""
     package_root = str(Path(__file__).resolve().parents[2])
@@ -101,7 +101,7 @@ def _child_env(extra: dict | None = None) -> dict:
     return env
 
 
-def _run_child(args: list[str], env: dict) -> dict:
+def run_child(args: list[str], env: dict) -> dict:
     try:
         done = subprocess.run([sys.executable, "-m", "attnpack.bench.cold", *args],
                               capture_output=True, text=True, timeout=COLD_TIMEOUT_S, env=env)
@@ -124,13 +124,13 @@ def cold_start(shape: Shape, backends=COLD_BACKENDS, jit: bool = True) -> dict:
     spec = ["--shape", ",".join(str(x) for x in (shape.batch, shape.heads_q, shape.heads_kv,
                                                  shape.seqlen_q, shape.seqlen_k, shape.head_dim)),
             "--dtype", shape.dtype] + (["--causal"] if shape.causal else [])
-    out = {name: _run_child(["--backend", name, *spec], _child_env()) for name in backends}
+    out = {name: run_child(["--backend", name, *spec], child_env()) for name in backends}
     kernels = [k for k in out.get("attnpack", {}).get("kernels", {}) if "/fwd/" in k]
     if jit and kernels:
         for mode in ("triton_compile", "triton_jit"):
             with tempfile.TemporaryDirectory(prefix="attnpack-bench-triton-") as cache:
-                out[mode] = _run_child(["--backend", mode, "--kernel", kernels[0], *spec],
-                                       _child_env({"TRITON_CACHE_DIR": cache}))
+                out[mode] = run_child(["--backend", mode, "--kernel", kernels[0], *spec],
+                                       child_env({"TRITON_CACHE_DIR": cache}))
     elif jit:
         out["triton_compile"] = {"error": "attnpack served no forward kernel in its cold start, "
                                           "so there is no kernel to compile"}

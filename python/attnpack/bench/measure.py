@@ -11,6 +11,7 @@ A backend that refuses a shape is recorded with PyTorch's reason, not timed.
 from __future__ import annotations
 
 import contextlib
+import re
 import warnings
 from typing import Callable
 
@@ -78,10 +79,10 @@ def sdpa_call(op: str, q, k, v, do, causal: bool) -> Callable[[], object]:
 def refusal(error: Exception, caught: list) -> str:
     """PyTorch's reason for refusing a forced backend: its warnings say why, the error only
     'No available kernel'."""
-    why = [str(w.message).strip().splitlines()[0] for w in caught
-           if issubclass(w.category, UserWarning)]
-    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-    return "; ".join(dict.fromkeys(why + [text]))[:300]
+    why = [re.sub(r"\s*\(Triggered internally at [^)]*\)", "", str(w.message)).strip()
+           for w in caught if issubclass(w.category, UserWarning)]
+    why.append(str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__)
+    return " ".join(dict.fromkeys(" ".join(w.split()) for w in why if w))[:400]
 
 
 def default_choice(shape: Shape, q, k, v) -> str:
@@ -94,42 +95,41 @@ def default_choice(shape: Shape, q, k, v) -> str:
         return "unknown"
 
 
-def time_backend(name: str, op: str, shape: Shape, tensors, timer: Timer) -> dict:
-    """{"ms", "min_ms", "max_ms", "reps"} of `op` on backend `name`, or {"error": reason}."""
+def time_op(name: str, op: str, shape: Shape, tensors, timer: Timer) -> dict:
+    """{"ms", "min_ms", "max_ms", "reps"} of `op` under the backend context `name` the caller
+    entered, or {"error": PyTorch's reason} when that backend refuses the shape."""
     q, k, v, do = tensors
-    with backend(name):
-        try:
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                fn = sdpa_call(op, q, k, v, do, shape.causal)
-                fn()  # a refused shape raises here, before any timing
-                torch.cuda.synchronize()
-        except RuntimeError as e:
-            return {"error": refusal(e, caught)}
-        result = timer.time(fn).as_dict()
-        if name == "default":
-            result["backend"] = default_choice(shape, q, k, v)
-        return result
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            fn = sdpa_call(op, q, k, v, do, shape.causal)
+            fn()  # a refused shape raises here, before any timing
+            torch.cuda.synchronize()
+    except RuntimeError as e:
+        return {"error": refusal(e, caught)}
+    result = timer.time(fn).as_dict()
+    if name == "default":
+        result["backend"] = default_choice(shape, q, k, v)
+    return result
 
 
 def measure_shape(shape: Shape, ops, backends, timer: Timer) -> dict[str, dict]:
-    """{op: {"backends": {name: timing or error}, "served": served_summary}} for one shape."""
+    """{op: {"backends": {name: timing or error}, "served": served_summary}} for one shape.
+    Each backend runs all ops of the shape in one go (attnpack is enabled once per shape);
+    attnpack's stats are reset before each op, so each op names its own kernels."""
     tensors = make_inputs(shape)
-    out = {}
-    for op in ops:
-        row = {"backends": {}, "served": None}
-        for name in backends:
-            if name == "attnpack":
-                attnpack_torch.reset_stats()
-                row["backends"][name] = time_backend(name, op, shape, tensors, timer)
-                torch.cuda.synchronize()
-                entry = attnpack_torch.sdpa_entry(shape.dtype, shape.heads_q, shape.heads_kv,
-                                                  shape.seqlen_q, shape.seqlen_k, shape.head_dim,
-                                                  shape.causal)
-                row["served"] = served_summary(attnpack_torch.stats(), op, entry)
-            else:
-                row["backends"][name] = time_backend(name, op, shape, tensors, timer)
-        out[op] = row
+    entry = attnpack_torch.sdpa_entry(shape.dtype, shape.heads_q, shape.heads_kv, shape.seqlen_q,
+                                      shape.seqlen_k, shape.head_dim, shape.causal)
+    out = {op: {"backends": {}, "served": None} for op in ops}
+    for name in backends:
+        with backend(name):
+            for op in ops:
+                if name == "attnpack":
+                    attnpack_torch.reset_stats()
+                out[op]["backends"][name] = time_op(name, op, shape, tensors, timer)
+                if name == "attnpack":
+                    torch.cuda.synchronize()
+                    out[op]["served"] = served_summary(attnpack_torch.stats(), op, entry)
     del tensors
     torch.cuda.empty_cache()
     return out

@@ -15,6 +15,7 @@ import csv
 import io
 import json
 import math
+import os
 from pathlib import Path
 
 from attnpack.bench.served import family_text, served_text
@@ -464,12 +465,15 @@ def render_compare(diff: dict) -> str:
 
 
 # ------------------------------------------------------------------------ files
-def write_outputs(results: dict, out_dir: Path, plots: bool = True) -> dict[str, Path]:
-    """results.json, results.csv, report.md and the PNG plots into `out_dir`. Plots need
-    matplotlib; without it they are skipped and the returned dict says so under
-    "plots_skipped"."""
+def write_outputs(results: dict, out_dir: Path, plots: bool = True,
+                  markdown: Path | None = None) -> dict[str, Path]:
+    """results.json, results.csv, the PNG plots and the markdown report (`markdown`, default
+    <out_dir>/report.md; its image links are relative to its own folder, so
+    `--out docs/performance --markdown docs/performance.md` works). Plots need matplotlib;
+    without it they are skipped and the returned dict says so under "plots_skipped"."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    markdown = Path(markdown) if markdown else out_dir / "report.md"
     written: dict = {}
     results_path = out_dir / "results.json"
     results_path.write_text(json.dumps(results, indent=1) + "\n")
@@ -485,8 +489,10 @@ def write_outputs(results: dict, out_dir: Path, plots: bool = True) -> dict[str,
                                         f"rerun with --report-only {results_path}")
         else:
             for kind, path in plotting.write_plots(analyze(results), results, out_dir).items():
-                plot_files[kind] = path.name
+                plot_files[kind] = Path(os.path.relpath(path, markdown.parent)).as_posix()
                 written[kind] = path
-    (out_dir / "report.md").write_text(render_markdown(results, plot_files, results_path.name))
-    written["markdown"] = out_dir / "report.md"
+    markdown.parent.mkdir(parents=True, exist_ok=True)
+    results_link = Path(os.path.relpath(results_path, markdown.parent)).as_posix()
+    markdown.write_text(render_markdown(results, plot_files, results_link))
+    written["markdown"] = markdown
     return written
