@@ -111,7 +111,8 @@ def load_shape_file(path: Path) -> list[Shape]:
     try:
         doc = json.loads(path.read_text())
     except FileNotFoundError:
-        raise ShapeFileError(f"{path}: no such shape file") from None
+        raise ShapeFileError(f"{path}: no such shape file (the default sets live in the source "
+                             "tree's bench/ folder; pass --shapes FILE)") from None
     except json.JSONDecodeError as e:
         raise ShapeFileError(f"{path}: not JSON ({e})") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("shapes"), list):
