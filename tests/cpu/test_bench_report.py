@@ -188,6 +188,9 @@ def test_markdown_tables_plots_and_files(results, tmp_path):
     assert "fallback: head_dim 96 not built" in md
     assert "not reached: F.sdpa sends this call to neither" in md
     assert "| B2 H16 S1024x4096 d128 causal | 287 | 191 (cudnn) | refused | 143 |" in md
+    # each refusal reason once, with its row count: efficient refused the 5 GQA rows
+    assert "| efficient | Memory efficient attention does not support grouped query attention; " \
+           "No available kernel. Aborting execution. | 5 |" in md
     # rows of a section, worst first
     section = md.split("## model_shapes: fwd (worst first)")[1].split("##")[0]
     positions = [section.index(n) for n in ("Gemma-2-9B prefill B2 S4096", "Phi-3-mini prefill B4 S2048",

@@ -108,3 +108,21 @@ def test_dynamic_report_and_cold_start(shape_file, tmp_path):
     assert summary["stream"]["attnpack"]["p99_ms"] >= summary["stream"]["attnpack"]["p50_ms"] > 0
     report.write_outputs(results, tmp_path, plots=False)
     assert "Cold start" in (tmp_path / "report.md").read_text()
+
+
+def test_command_line_run_writes_the_report(shape_file, tmp_path):
+    """`attnpack bench` as the lead runs it, in its own process, small."""
+    import subprocess
+    import sys
+    out = tmp_path / "bench"
+    done = subprocess.run([sys.executable, "-m", "attnpack.cli", "bench", "--shapes", str(shape_file),
+                           "--ops", "fwd", "--reps", "5", "--warmup", "2", "--no-dynamic",
+                           "--out", str(out)], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": str(REPO / "python") + os.pathsep
+                               + os.environ.get("PYTHONPATH", "")})
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads((out / "results.json").read_text())
+    assert [r["name"] for r in results["rows"]] == ["tiny GQA causal", "tiny full d128"]
+    assert all(r["served"]["status"] == "served" for r in results["rows"])
+    assert results["environment"]["gpu"] == torch.cuda.get_device_name()
+    assert "| tiny GQA causal |" in done.stdout and (out / "report.md").is_file()

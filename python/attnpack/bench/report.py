@@ -255,6 +255,18 @@ def rows_table(rows: list[dict]) -> str:
                    "x default", "x best native", "served by"], body)
 
 
+def refusal_table(rows: list[dict]) -> str:
+    """Each backend's distinct reasons for refusing shapes, with how many rows each."""
+    counts: dict[tuple[str, str], int] = {}
+    for d in rows:
+        for b, reason in d["errors"].items():
+            counts[(b, reason)] = counts.get((b, reason), 0) + 1
+    if not counts:
+        return ""
+    body = [[b, reason, str(n)] for (b, reason), n in sorted(counts.items())]
+    return _table(["backend", "reason (PyTorch's words)", "rows"], body)
+
+
 def dynamic_tables(dyn: dict) -> str:
     out = []
     shape = dyn.get("shape") or {}
@@ -346,8 +358,8 @@ def render_markdown(results: dict, plots: dict[str, str] | None = None,
     out = ["# Performance: attnpack against PyTorch's own SDPA backends", "",
            f"Measured by `attnpack bench` on {environment_line(env)}."
            + (f" Archive: `{Path(bundle_path).name}`." if bundle_path else ""),
-           f"Regenerate this page from the recorded run: `attnpack bench --report-only "
-           f"{results_name} --out <dir>`.", "",
+           f"The recorded run is [`{results_name}`]({results_name}) (and its `.csv`); "
+           "`attnpack bench --report-only` on it regenerates this page.", "",
            "## How it is measured",
            "- Every row runs through plain `torch.nn.functional.scaled_dot_product_attention`, "
            "on the same tensors, in one process: **attnpack** (`attnpack.torch.enable()`), "
@@ -380,6 +392,9 @@ def render_markdown(results: dict, plots: dict[str, str] | None = None,
     for s in analysis["summary"]:
         rows = [d for d in analysis["rows"] if (d["set"], d["op"]) == (s["set"], s["op"])]
         out += [f"## {s['set']}: {s['op']} (worst first)", "", rows_table(worst_first(rows)), ""]
+    refusals = refusal_table(analysis["rows"])
+    if refusals:
+        out += ["## Shapes a backend refused", "", refusals, ""]
     if analysis["dynamic"]:
         out += ["## Dynamic lengths", "", dynamic_tables(analysis["dynamic"]), ""]
         if "dynamic_stream" in plots:
