@@ -210,7 +210,7 @@ def test_markdown_elsewhere_links_its_plots_relative_to_itself(results, tmp_path
     assert written["markdown"] == docs / "performance.md" and not (docs / "performance" / "report.md").exists()
     md = (docs / "performance.md").read_text()
     assert "![attnpack / default, fwd](performance/speedup_fwd.png)" in md
-    assert "--report-only performance/results.json" in md
+    assert "[`performance/results.json`](performance/results.json)" in md
     assert (docs / "performance" / "speedup_fwd.png").is_file()
 
 
