@@ -4,9 +4,10 @@
     python -m attnpack.bench.cold --backend triton_jit --kernel triton/fwd/... --shape ...
 
 Backends:
-- attnpack, default, and cudnn, flash, efficient (forced): F.sdpa's very first call (wall time to completion) after the
-  inputs exist; attnpack's includes opening the archive and loading the kernel image, and its
-  enable() (loading the extension, settling PyTorch's SDPA order) is reported beside it;
+- attnpack, default, and cudnn, flash, efficient (forced): F.sdpa's very first call (wall
+  time to completion) after the inputs exist. attnpack's includes opening the archive and
+  loading the kernel image; its enable() (loading the extension, settling PyTorch's SDPA
+  order) is timed apart and reported beside it;
 - triton_compile: triton.compile of each launch step of the named kernel for this GPU, from
   its family's source, as Triton's JIT does on a cache miss (run with an empty TRITON_CACHE_DIR);
 - triton_jit: the named kernel's first launch through Triton's own JIT (attnpack.jit):

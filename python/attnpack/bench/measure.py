@@ -107,7 +107,11 @@ def time_op(name: str, op: str, shape: Shape, tensors, timer: Timer) -> dict:
             torch.cuda.synchronize()
     except RuntimeError as e:
         return {"error": refusal(e, caught)}
-    result = timer.time(fn).as_dict()
+    try:
+        result = timer.time(fn).as_dict()
+    except RuntimeError as e:  # out of memory, a launch failure: the row says so, the run goes on
+        first_line = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        return {"error": f"failed while timing: {first_line[:300]}"}
     if name == "default":
         result["backend"] = default_choice(shape, q, k, v)
     return result
