@@ -353,6 +353,76 @@ def explain_sdpa(shape, dtype, causal, op, dropout_p, deterministic, device, arc
         click.echo("\n" + result["runtime"].rstrip())
 
 
+@main.command("bench")
+@click.option("--shapes", "shape_files", multiple=True,
+              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Shape file (repeat); default bench/shapes.json and bench/model_shapes.json.")
+@click.option("--ops", default="fwd,fwdbwd", show_default=True, help="Any of fwd,bwd,fwdbwd.")
+@click.option("--dtype", "dtypes", default=None, help="bf16,fp16 (default: each shape's own).")
+@click.option("--backends", default="attnpack,default,flash,efficient", show_default=True)
+@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              default=None, help="Folder for results.json/.csv, report.md and plots "
+                                 "[default: bench-out, or beside --report-only's file].")
+@click.option("--max-rows", type=int, default=None, help="Only the first N shapes of each file.")
+@click.option("--only", default=None, help="Only rows whose name contains this text.")
+@click.option("--reps", type=int, default=30, show_default=True, help="Timed calls per backend (median).")
+@click.option("--warmup", type=int, default=5, show_default=True, help="Untimed calls first.")
+@click.option("--dynamic/--no-dynamic", default=True, show_default=True,
+              help="The dynamic-lengths report (request stream, new lengths, cold start).")
+@click.option("--requests", type=int, default=200, show_default=True, help="Requests in the stream.")
+@click.option("--new-lengths", type=int, default=10, show_default=True,
+              help="Never-seen lengths timed per backend.")
+@click.option("--cold/--no-cold", default=True, show_default=True,
+              help="Cold starts in fresh processes (and the Triton compile of the kernel).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the stream's lengths.")
+@click.option("--no-plots", is_flag=True, help="Skip the PNG plots.")
+@click.option("--markdown", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Where the markdown report goes [default: OUT/report.md].")
+@click.option("--report-only", "results_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Regenerate tables, CSV, plots and markdown from a recorded results.json (no GPU).")
+@click.option("--compare", nargs=2, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              default=None, help="OLD.json NEW.json: rows whose serving kernel changed, old and new speed.")
+@click.option("--json", "as_json", is_flag=True, help="Print results (or the comparison) as JSON.")
+def bench(shape_files, ops, dtypes, backends, out_dir, max_rows, only, reps, warmup, dynamic,
+          requests, new_lengths, cold, seed, no_plots, markdown, results_file, compare, as_json):
+    """Is the bundle faster on this GPU, by how much, and which kernel served each shape.
+
+    Times plain F.sdpa with attnpack enabled against PyTorch's default, flash and efficient,
+    in one process (needs a GPU, the built extension and a bundle: ATTNPACK_TORCH_LIB,
+    ATTNPACK_BUNDLE_DIR). Writes results.json, results.csv, report.md and PNG plots.
+
+    \b
+    Example:
+      attnpack bench --ops fwd,fwdbwd --dtype bf16 --out bench-out/
+      attnpack bench --report-only bench-out/results.json --out docs/performance \\
+                     --markdown docs/performance.md
+      attnpack bench --compare old/results.json bench-out/results.json
+    """
+    from attnpack.bench import command, report
+    from attnpack.bench.shapes import ShapeFileError
+    try:
+        if compare:
+            click.echo(command.compare_files(*compare, as_json), nl=as_json)
+            return
+        if results_file:
+            results, written = command.report_only(results_file, out_dir, not no_plots, markdown)
+        else:
+            from attnpack.bench.run import BenchError
+            try:
+                results = command.measure(shape_files, ops, dtypes, backends, max_rows, only, reps,
+                                          warmup, dynamic, requests, new_lengths, cold, seed,
+                                          progress=_progress)
+            except BenchError as e:
+                raise click.ClickException(str(e))
+            written = report.write_outputs(results, out_dir or Path("bench-out"),
+                                           plots=not no_plots, markdown=markdown)
+    except (ShapeFileError, report.ResultsError, command.UsageError) as e:
+        raise click.ClickException(str(e))
+    click.echo(json.dumps(results, indent=1) if as_json else report.render_text(results))
+    for kind, path in written.items():
+        click.echo(f"{kind}: {path}", err=True)
+
+
 @db.command("seed")
 @click.option("--arch", required=True, type=click.Choice(list(TARGETS)))
 @click.option("-o", "--out", "out_path", required=True, type=click.Path(dir_okay=False, path_type=Path))
