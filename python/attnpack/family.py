@@ -199,8 +199,9 @@ class FamilySpec:
     def policy(self) -> dict:
         """What the archive index carries for the family (docs/ARCHIVE.md, `families`); each
         kernel record carries its own `deterministic`."""
-        return {"backend": self.backend, "priority": self.priority,
-                "provenance": dict(self.provenance)}
+        from attnpack.builder.backends import backend
+        return {"backend": self.backend, "compilers": list(backend(self.backend).compilers),
+                "priority": self.priority, "provenance": dict(self.provenance)}
 
 
 class DefaultConflict(ValueError):

@@ -53,7 +53,7 @@ def test_launch_spec_of_a_step(toy_build):
     fwd = ar.kernel("toy/fwd/fp16-d32-full/BLOCK16_warps1")["steps"][0]
     assert ["q_stride_s", "i64", 16] in [p[:3] for p in fwd["params"]]
     assert k["deterministic"] is False and ar.index["families"]["toy"] == {
-        "backend": "triton", "priority": 100,
+        "backend": "triton", "compilers": ["triton"], "priority": 100,
         "provenance": {"license": "MIT", "origin": "attnpack test fixture"}}
 
 

@@ -36,7 +36,7 @@ def test_builds_and_verifies_without_a_compiler(frozen):
         assert problems == [] and warnings == []
         assert ar.meta["compilers"] == {}      # nothing was compiled
         assert ar.index["families"] == {"frozen": {
-            "backend": "prebuilt", "priority": 200, "provenance": dict(fam.provenance)}}
+            "backend": "prebuilt", "compilers": [], "priority": 200, "provenance": dict(fam.provenance)}}
         [kernel] = ar.kernels
         [step] = kernel["steps"]
         assert kernel["name"] == "frozen/fwd/fp16-d64-full/objecttriton"

@@ -125,7 +125,7 @@ def write_synthetic(path: Path, kernels: list[dict], *, arch="sm_90", images=Non
     images = images or [Image(kind, f"sym{i}", bytes(range(256)) * (40 + i)) for i in range(count)]
     if selection is None:
         selection = [{"op": k["op"], **k["key"], "kernel": k["name"]} for k in kernels]
-    families = {k["family"]: {"backend": "triton", "priority": 100,
+    families = {k["family"]: {"backend": "triton", "compilers": ["triton"], "priority": 100,
                               "provenance": {"license": "MIT", "origin": "test fixture"}}
                 for k in kernels}
     return write_archive(path, arch=arch, target=target(arch).meta(), bundle_version="0.1.0",

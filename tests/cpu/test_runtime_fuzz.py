@@ -28,7 +28,6 @@ ALLOWED = {  # python verify's finding -> why the runtime does not make that che
     r"the \w+ compiler version is not recorded": "informational meta",
     r"image \d+ \(\w+\) is used by no kernel": "an unused image is never loaded",
     r"meta target .* differs from the targets table": "the device, not the meta, sets the limits",
-    r"families: \w+: no compile backend named": "backends are the builder's; images launch alike",
 }
 
 

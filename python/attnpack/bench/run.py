@@ -5,6 +5,7 @@ tables, CSV, plots and markdown, here or later on any machine (`attnpack bench -
 """
 from __future__ import annotations
 
+import os
 import platform
 import subprocess
 from pathlib import Path
@@ -21,6 +22,10 @@ class BenchError(RuntimeError):
 
 
 def _git_commit() -> str | None:
+    """$ATTNPACK_COMMIT when the caller knows better (a copied tree whose .git is stale), else
+    git's HEAD."""
+    if os.environ.get("ATTNPACK_COMMIT"):
+        return os.environ["ATTNPACK_COMMIT"]
     try:
         done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
                               text=True, timeout=10, cwd=Path(__file__).resolve().parent)
