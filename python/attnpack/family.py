@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from attnpack import abi
-from attnpack.keys import OPS, FunctionalKey, KernelName, config_tag
+from attnpack.keys import OPS, FunctionalKey, KernelName, TuneKey, config_tag
 from attnpack.targets import target
 
 # One grid dimension is a product of factors; a factor (var, d) means ceil(var / d).
@@ -117,6 +117,11 @@ class FamilySpec:
     # equal priorities are a build error. A family meant to serve only where tuning picks it
     # takes a priority above every portable family's.
     priority: int = 100
+    # Where the family serves within its functional keys, for a family that is fast or valid
+    # only for some shapes (a minimum sequence length, say): (arch, tuning key) -> the reason it
+    # does not serve that bucketed key, or None. Such a family is never the per-functional
+    # catch-all default; `db seed` gives it the buckets it serves (by priority, as ever).
+    serves: Callable[[str, TuneKey], str | None] | None = None
     # Whether a backward variant is deterministic: a bool for the whole family, or a function of
     # the config for families with both kinds. Forwards are always deterministic.
     deterministic_backward: bool | Callable[[Mapping[str, Any]], bool] = False
@@ -209,16 +214,24 @@ class DefaultConflict(ValueError):
 
 
 def default_variants(arch: str, families: Mapping[str, FamilySpec],
-                     wanted: Callable[[Variant], bool] = lambda v: True) -> dict[tuple, Variant]:
+                     wanted: Callable[[Variant], bool] = lambda v: True,
+                     tune_key: TuneKey | None = None) -> dict[tuple, Variant]:
     """(op, functional key) -> the variant that serves it before tuning: the default config of
     the family with the lowest priority that declares the key for `arch`. The builder's
-    per-functional selection and `attnpack db seed` both use this one rule."""
+    per-functional selection and `attnpack db seed` both use this one rule.
+
+    Without `tune_key` (the catch-all for every shape), only families that serve all of their
+    keys' buckets count; with one (a seeded database entry), a family counts where its
+    `serves` accepts that bucketed key."""
     best: dict[tuple, tuple[int, Variant]] = {}
     for fam in families.values():
         if arch not in fam.archs:
             continue
+        if fam.serves is not None and (tune_key is None or fam.serves(arch, tune_key) is not None):
+            continue
         for v in fam.default_variants(arch):
-            if not wanted(v):
+            if not wanted(v) or (tune_key is not None and (v.op, v.key) != (tune_key.op,
+                                                                          tune_key.functional)):
                 continue
             held = best.get((v.op, v.key))
             if held is not None and held[0] == fam.priority:

@@ -147,3 +147,21 @@ def test_equal_priority_defaults_are_a_build_error(tmp_path):
                                          r"toy2/fwd/fp16-d32-full/BLOCK16_warps1 are both the "
                                          r"default for fwd fp16-d32-full at priority 100"):
         build(tmp_path / "out", _second_toy(tmp_path, "100"), None, archs=("sm_90",))
+
+
+def test_a_family_that_serves_some_buckets_is_seeded_there_and_never_the_catch_all(tmp_path):
+    # toy2 (priority 50) serves only Sq >= 1024: the per-functional default stays toy, and the
+    # seeded database gives toy2 exactly the buckets it declares it serves.
+    root = _second_toy(tmp_path, "50")
+    fam = root / "toy2" / "family.py"
+    fam.write_text(fam.read_text().replace(
+        'name="toy2",', 'name="toy2", serves=lambda arch, key: None if key.sq >= 1024 else '
+                        '"needs Sq >= 1024 (256-row tiles)",'))
+    req = build(tmp_path / "out", root, None, archs=("sm_90",))
+    ar = read_archive(req.paths[0])
+    assert {KernelName.parse(s["kernel"]).family for s in ar.index["selection"]} == {"toy"}
+    keys = standard_keys(dtypes=("fp16",), head_dims=(32,))
+    seeded = seed_untuned("sm_90", keys, load_families(root))
+    assert len(seeded.entries) == len(keys)
+    for key, entry in seeded.entries.items():
+        assert entry["family"] == ("toy2" if key.sq >= 1024 else "toy"), key.text

@@ -148,16 +148,16 @@ def render_show(db: TuningDb) -> str:
 
 
 def seed_untuned(arch: str, keys, families: dict) -> TuningDb:
-    """A database for a GPU nobody has measured: each key gets the kernel that serves its
-    functional key before tuning, by the builder's own rule (`attnpack.family.default_variants`:
-    the lowest-priority family that declares it), and the provenance says `untuned`.
+    """A database for a GPU nobody has measured: each key gets the kernel that serves it before
+    tuning, by the builder's own rule (`attnpack.family.default_variants`: the lowest-priority
+    family that declares the functional key and serves the bucket), and the provenance says
+    `untuned`.
     `attnpack tune` on the real GPU replaces it entry by entry."""
     from attnpack.family import default_variants
-    defaults = default_variants(arch, families)
     db = TuningDb(arch, {"status": "untuned", "gpu": "none (not measured)",
                          "note": "per-functional family defaults; re-run attnpack tune on the GPU"})
     for key in keys:
-        variant = defaults.get((key.op, key.functional))
+        variant = default_variants(arch, families, tune_key=key).get((key.op, key.functional))
         if variant is not None:
             db.put({**key.as_dict(), "family": variant.family, "kernel": variant.name})
     return db
