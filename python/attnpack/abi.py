@@ -11,9 +11,23 @@ Each word has a source (where its value comes from) and the wire types it may be
 the first is what Triton kernels take. Value transforms are words of their own, e.g.
 `q_stride_s_bytes` is `q_stride_s` times the element size (AITER's argument structs take
 byte strides).
+
+Two parametric forms are parsed rather than listed (`parse`; the runtime parses them the same
+way, runtime/src/launch.cpp):
+- `const:<literal>`: a literal value, for argument slots a hand-written kernel wants filled
+  with a fixed number. An integer literal (`const:5`, `const:-1`) may be passed as i32, i64,
+  f32, or as ptr when it is 0 (a null pointer); a decimal one (`const:1.4426950408889634`) only
+  as f32, rounded from the nearest double.
+- `<word>*<n>`: an integer-valued word times a literal integer n >= 2, e.g.
+  `q_stride_s_bytes*256` (the bytes of 256 rows of q: an argument struct's tile stride). It
+  takes the word's wire types; a product that does not fit them is unsupported, never wrapped.
+
+Kernel requirements (`Requirement`, the index's `requires`) are checked by the runtime before
+a kernel is chosen: `[word, op, operand, why]` over the integer facts in REQUIREMENT_WORDS.
 """
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import dataclass
 
@@ -38,6 +52,11 @@ TRITON_SCRATCH = ("global_scratch", "profile_scratch")
 
 # Grid factors may also name the device's multiprocessor count (for persistent grids).
 GRID_VARS = SIZES + ("num_sms",)
+# Workspace buffers are shaped by sizes and the head dim (an accumulator [B, Hq, Sq, D]).
+WORKSPACE_SIZES = SIZES + (HEAD_DIM,)
+
+# Derived integer words: the GQA group size Hq / Hkv (the selector has checked Hq % Hkv == 0).
+GQA_GROUP = "Hq_per_Hkv"
 
 DTYPES = ("fp16", "bf16")
 TRITON_PTR_TYPE = {"fp16": "*fp16", "bf16": "*bf16", "fp32": "*fp32"}
@@ -58,8 +77,13 @@ TENSORMAP_OOB_FILLS = ("zero", "nan")
 # Where a word's value comes from. The C++ runtime has one ParamSource per entry, same order;
 # "workspace" and "tensormap" words are the kernel's own names, not vocabulary words.
 SOURCES = ("tensor", "lse", "workspace", "stride", "size", "head_dim", "sm_scale",
-           "sm_scale_log2", "global_scratch", "profile_scratch", "tensor_map")
-TRANSFORMS = ("none", "bytes")  # bytes: the value times the problem's element size
+           "sm_scale_log2", "global_scratch", "profile_scratch", "tensor_map", "gqa_group",
+           "lse_stride", "constant")
+# bytes: the value times the element size (the problem's dtype; 4 for lse's float32)
+TRANSFORMS = ("none", "bytes")
+# Sources whose value is an integer: they may be scaled (`<word>*<n>`) and be requirement words.
+INTEGER_SOURCES = ("stride", "size", "head_dim", "gqa_group", "lse_stride")
+CONSTANT_PREFIX = "const:"
 
 
 @dataclass(frozen=True)
@@ -88,9 +112,15 @@ def _vocabulary() -> dict[str, Word]:
                 words.append(Word(stride_name(tensor, axis) + "_bytes", "stride", ("i64", "i32"),
                                   index=t, axis=a, transform="bytes"))
     words.append(Word("lse", "lse", ("ptr",)))
+    # lse is contiguous float32 [B, Hq, Sq]: its strides are Hq*Sq, Sq, 1 (bytes: times 4)
+    for a, axis in enumerate(STRIDE_AXES):
+        words.append(Word(f"lse_stride_{axis}", "lse_stride", ("i64", "i32"), axis=a))
+        words.append(Word(f"lse_stride_{axis}_bytes", "lse_stride", ("i64", "i32"), axis=a,
+                          transform="bytes"))
     words += [Word(name, name, ("ptr",)) for name in TRITON_SCRATCH]
     words += [Word(size, "size", ("i32",), index=i) for i, size in enumerate(SIZES)]
     words.append(Word(HEAD_DIM, "head_dim", ("i32",)))
+    words.append(Word(GQA_GROUP, "gqa_group", ("i32",)))
     words += [Word(name, name, ("f32",)) for name in FLOATS]
     return {w.name: w for w in words}
 
@@ -108,13 +138,137 @@ def word(name: str) -> Word:
                        "vocabulary") from None
 
 
+# An integer literal, or a decimal one (with a point or an exponent); no inf, nan or hex.
+_INT_LITERAL = re.compile(r"^-?[0-9]+$")
+_FLOAT_LITERAL = re.compile(r"^-?([0-9]+\.[0-9]*|\.[0-9]+|[0-9]+)([eE][-+]?[0-9]+)?$")
+MAX_MULTIPLIER = 1 << 20
+F32_MAX = 3.4028234663852886e38
+
+
+@dataclass(frozen=True)
+class ParsedWord:
+    """A parameter word resolved: a vocabulary word times `multiplier`, or a constant."""
+    name: str
+    word: Word | None             # None for a constant
+    multiplier: int = 1
+    constant: int | float | None = None
+
+    @property
+    def wires(self) -> tuple[str, ...]:
+        if self.word is not None:
+            return self.word.wires
+        if isinstance(self.constant, float):
+            return ("f32",)
+        return ("i32", "i64", "f32") + (("ptr",) if self.constant == 0 else ())
+
+    def fits(self, wire: str) -> bool:
+        """Whether a constant fits `wire` (the runtime refuses the kernel otherwise); words'
+        values are checked per problem by the runtime."""
+        if wire not in self.wires:
+            return False
+        if self.word is None and wire == "i32":
+            return -(1 << 31) <= self.constant < (1 << 31)
+        return True
+
+
+def parse(name: str) -> ParsedWord:
+    """A launch-spec word, including the parametric forms `const:<literal>` and `<word>*<n>`;
+    raises KeyError naming the word and the rule it breaks."""
+    if name in VOCABULARY:
+        return ParsedWord(name, VOCABULARY[name])
+    if name.startswith(CONSTANT_PREFIX):
+        text = name[len(CONSTANT_PREFIX):]
+        if _INT_LITERAL.match(text):
+            value = int(text)
+            if not -(1 << 63) <= value < (1 << 63):
+                raise KeyError(f"'{name}': the constant does not fit 64 bits")
+            return ParsedWord(name, None, constant=value)
+        if _FLOAT_LITERAL.match(text):
+            value = float(text)
+            if not abs(value) <= F32_MAX:
+                raise KeyError(f"'{name}': the constant does not fit float32")
+            return ParsedWord(name, None, constant=value)
+        raise KeyError(f"'{name}' is not a constant: write const:<integer> or const:<decimal>")
+    base, star, factor = name.rpartition("*")
+    if star and base in VOCABULARY and _INT_LITERAL.match(factor):
+        if VOCABULARY[base].source not in INTEGER_SOURCES:
+            raise KeyError(f"'{name}': only integer words ({', '.join(INTEGER_SOURCES)}) may "
+                           "be scaled")
+        if not 2 <= int(factor) <= MAX_MULTIPLIER:
+            raise KeyError(f"'{name}': a multiplier is an integer in 2..{MAX_MULTIPLIER}")
+        return ParsedWord(name, VOCABULARY[base], multiplier=int(factor))
+    return ParsedWord(name, word(name))  # raises, naming the vocabulary
+
+
 def param_types(name: str, workspace_names: tuple[str, ...] = ()) -> tuple[str, ...]:
     """The wire types a parameter word may be passed as (workspace buffers are pointers)."""
     if name in VOCABULARY:
         return VOCABULARY[name].wires
     if name in workspace_names:
         return ("ptr",)
-    return word(name).wires  # raises, naming the vocabulary
+    return parse(name).wires  # raises, naming the vocabulary
+
+
+# ---- kernel requirements ------------------------------------------------------------------
+# The integer facts of a problem a requirement may test: the sizes, the head dim, the GQA group
+# size, and the device's multiprocessor / compute-unit count (num_sms; unknown without a
+# device, and then the requirement fails, docs/ARCHIVE.md).
+REQUIREMENT_WORDS = SIZES + (HEAD_DIM, GQA_GROUP, "num_sms")
+REQUIREMENT_OPS = ("==", "!=", "<", "<=", ">", ">=", "multiple_of", "in")
+MAX_IN_VALUES = 16
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """A condition a problem must meet for a kernel to serve it (the index's `requires`):
+    `word op operand`, with `why` said when it fails. The operand is an integer, another
+    requirement word (not for `in` and `multiple_of`), or for `in` a tuple of integers."""
+    word: str
+    op: str
+    operand: int | str | tuple[int, ...]
+    why: str = ""
+
+    def __post_init__(self):
+        where = f"requirement {self.text}"
+        if self.word not in REQUIREMENT_WORDS:
+            raise ValueError(f"{where}: '{self.word}' is not one of {REQUIREMENT_WORDS}")
+        if self.op not in REQUIREMENT_OPS:
+            raise ValueError(f"{where}: '{self.op}' is not one of {REQUIREMENT_OPS}")
+        operand = self.operand
+        if self.op == "in":
+            if not (isinstance(operand, tuple) and 1 <= len(operand) <= MAX_IN_VALUES
+                    and all(_is_int(v) for v in operand)):
+                raise ValueError(f"{where}: `in` takes a tuple of 1..{MAX_IN_VALUES} integers")
+        elif isinstance(operand, str):
+            if operand not in REQUIREMENT_WORDS or self.op == "multiple_of":
+                raise ValueError(f"{where}: the operand '{operand}' is not a requirement word "
+                                 "(multiple_of takes an integer)")
+        elif not _is_int(operand) or (self.op == "multiple_of" and operand < 1):
+            raise ValueError(f"{where}: the operand must be an integer"
+                             + (" >= 1" if self.op == "multiple_of" else ""))
+        if not isinstance(self.why, str):
+            raise ValueError(f"{where}: `why` must be text")
+
+    @property
+    def text(self) -> str:
+        operand = (f"{{{', '.join(map(str, self.operand))}}}" if isinstance(self.operand, tuple)
+                   else self.operand)
+        return f"{self.word} {self.op} {operand}"
+
+    def record(self) -> list:
+        """[word, op, operand, why] as the index holds it (docs/ARCHIVE.md)."""
+        operand = list(self.operand) if isinstance(self.operand, tuple) else self.operand
+        return [self.word, self.op, operand, self.why]
+
+    @classmethod
+    def of(cls, record) -> "Requirement":
+        word, op, operand, *why = record
+        return cls(word, op, tuple(operand) if isinstance(operand, list) else operand,
+                   *(why[:1]))
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and -(1 << 63) <= value < (1 << 63)
 
 
 def param_type(name: str, workspace_names: tuple[str, ...] = ()) -> str:

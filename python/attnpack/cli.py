@@ -91,12 +91,15 @@ def build(archs, out_dir, all_variants, jobs, timeout, cache_dir, no_cache, fami
 @main.command()
 @click.argument("archive", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def inspect(archive, as_json):
+@click.option("--notice", is_flag=True,
+              help="Print the notices (licence attributions) the archive's families carry.")
+def inspect(archive, as_json, notice):
     """List the kernels of an archive per family/op/key, with sizes and compression.
 
     \b
     Example:
       attnpack inspect out/attnpack-0.1.0-sm_90.apk --json
+      attnpack inspect out/attnpack-0.1.0-gfx942.apk --notice
     """
     from attnpack.archive import ArchiveError, read_archive
     from attnpack.archive.inspect import render, summarize
@@ -104,6 +107,12 @@ def inspect(archive, as_json):
         summary = summarize(read_archive(archive))
     except ArchiveError as e:
         raise click.ClickException(str(e))
+    if notice:
+        notices = {n: f["notice"] for n, f in sorted(summary["families"].items()) if "notice" in f}
+        click.echo(json.dumps(notices, indent=1) if as_json else
+                   "\n".join(f"== family {n} ==\n{text}" for n, text in notices.items())
+                   or "no family of this archive carries a notice")
+        return
     if as_json:
         click.echo(json.dumps(summary, indent=1, default=lambda b: b.hex()))
     else:

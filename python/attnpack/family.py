@@ -9,8 +9,11 @@ plus the float32 workspace buffers the steps share.
 A step's launch side (parameter words, grid, tensor maps) is generic; what to compile is the
 step's `kernel`, an object of the family's compile backend (`FamilySpec.backend`, one of
 `attnpack.builder.backends`): a Triton/Gluon function with its constexprs, or a prebuilt code
-object. The family also declares its policy: which family serves a key before tuning
-(`priority`), whether its backward is deterministic, and its provenance and license.
+object. A step may name another backend of its own (`Step.backend`): a prebuilt assembly
+kernel bracketed by two small Triton kernels is one variant. The family also declares its
+policy: which family serves a key before tuning (`priority`), whether its backward is
+deterministic, and its provenance and license; and, per kernel, the conditions a problem must
+meet (`requires`), which the runtime checks before choosing it.
 """
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from attnpack import abi
+from attnpack.abi import Requirement
 from attnpack.keys import OPS, FunctionalKey, KernelName, TuneKey, config_tag
 from attnpack.targets import target
 
@@ -32,7 +36,7 @@ from attnpack.targets import target
 GridDim = tuple[tuple[str, int], ...]
 
 __all__ = ["OPS", "FunctionalKey", "TensorMap", "Step", "Workspace", "Variant", "FamilySpec",
-           "default_variant", "kernels_root", "load_family", "load_families"]
+           "Requirement", "default_variants", "kernels_root", "load_family", "load_families"]
 
 
 @dataclass(frozen=True)
@@ -63,8 +67,10 @@ class Step:
     name: str                        # what the step does: "fwd", "bwd_preprocess", "bwd_dkdv", ...
     args: tuple[str, ...]            # runtime parameters in order, words from attnpack.abi
     grid: tuple[GridDim, GridDim, GridDim]
-    kernel: Any                      # what the family's backend compiles (or takes prebuilt)
+    kernel: Any                      # what the step's backend compiles (or takes prebuilt)
     tensormaps: tuple[TensorMap, ...] = ()   # descriptors named in `args` (CUDA only)
+    # The compile backend of this step when it is not the family's (`FamilySpec.backend`).
+    backend: str | None = None
 
     def tensormap(self, word: str) -> TensorMap | None:
         return next((m for m in self.tensormaps if m.name == word), None)
@@ -74,7 +80,7 @@ class Step:
 class Workspace:
     """A contiguous float32 buffer the caller allocates and the steps share."""
     name: str
-    shape: tuple[str, ...]           # size words from attnpack.abi.SIZES
+    shape: tuple[str, ...]           # size words from attnpack.abi.WORKSPACE_SIZES
 
 
 @dataclass(frozen=True)
@@ -88,10 +94,16 @@ class Variant:
     steps: tuple[Step, ...]
     workspace: tuple[Workspace, ...]
     deterministic: bool              # same inputs give bitwise-equal outputs (no atomics races)
+    requires: tuple[Requirement, ...] = ()   # checked by the runtime before choosing it
 
     @property
     def config_tag(self) -> str:
         return config_tag(self.config)
+
+    @property
+    def backends(self) -> tuple[str, ...]:
+        """Every compile backend its steps use."""
+        return tuple(sorted({s.backend or self.backend for s in self.steps}))
 
     @property
     def name(self) -> str:
@@ -125,6 +137,17 @@ class FamilySpec:
     # Whether a backward variant is deterministic: a bool for the whole family, or a function of
     # the config for families with both kinds. Forwards are always deterministic.
     deterministic_backward: bool | Callable[[Mapping[str, Any]], bool] = False
+    # Functional keys of the space that the family does not have on an arch for an op:
+    # (arch, op, key) -> the reason, or None. For a family whose keys differ per arch and op
+    # (prebuilt objects exist for some); its other keys need a non-excluded default config.
+    key_excluded: Callable[[str, str, FunctionalKey], str | None] = lambda *a: None
+    # What a problem must meet for a kernel to serve it: (arch, op, key, config) -> the
+    # requirements the runtime checks before choosing the kernel (docs/ARCHIVE.md, `requires`).
+    requires: Callable[[str, str, FunctionalKey, Mapping[str, Any]], tuple[Requirement, ...]] = \
+        lambda *a: ()
+    # The notice that must travel with the family's kernels (a licence's attribution), written
+    # into the index of every archive holding one; called only then (it may fetch a source).
+    notice: Callable[[], str] | None = None
     source_dir: Path | None = None
 
     def __post_init__(self):
@@ -137,10 +160,14 @@ class FamilySpec:
         for arch in self.archs:
             target(arch)  # raises, naming the targets table
 
-    def keys(self) -> list[FunctionalKey]:
+    def keys(self, arch: str | None = None, op: str | None = None) -> list[FunctionalKey]:
+        """The functional space; with arch and op, less the keys `key_excluded` removes."""
         f = self.functional
-        return [FunctionalKey(d, h, c) for d, h, c in
+        keys = [FunctionalKey(d, h, c) for d, h, c in
                 itertools.product(f["dtype"], f["head_dim"], f["causal"])]
+        if arch is None:
+            return keys
+        return [k for k in keys if self.key_excluded(arch, op, k) is None]
 
     def is_deterministic(self, op: str, config: Mapping[str, Any]) -> bool:
         if op != "bwd":
@@ -175,14 +202,23 @@ class FamilySpec:
                 for var, _ in dim:
                     if var not in abi.GRID_VARS:
                         raise KeyError(f"{self.name}: grid factor '{var}' is not in abi.GRID_VARS")
+        for w in workspace:
+            bad = [s for s in w.shape if s not in abi.WORKSPACE_SIZES]
+            if bad:
+                raise KeyError(f"{self.name}: workspace {w.name} has shape words {bad} outside "
+                               f"abi.WORKSPACE_SIZES {abi.WORKSPACE_SIZES}")
+        requires = tuple(self.requires(arch, op, key, config))
+        for r in requires:
+            if not isinstance(r, Requirement):
+                raise TypeError(f"{self.name}: requirement {r!r} is not an abi.Requirement")
         return Variant(self.name, self.backend, op, arch, key, dict(config), steps, workspace,
-                       self.is_deterministic(op, config))
+                       self.is_deterministic(op, config), requires)
 
     def all_variants(self, arch: str) -> list[Variant]:
         """The whole declared space for one arch (for tuning), exclusions removed."""
         out = []
         for op in self.ops:
-            for key in self.keys():
+            for key in self.keys(arch, op):
                 for config in self.configs[op]:
                     if self.excluded(arch, op, key, config) is None:
                         out.append(self.variant(arch, op, key, config))
@@ -192,7 +228,7 @@ class FamilySpec:
         """One documented default per (op, functional key): the bundle before any tuning."""
         out = []
         for op in self.ops:
-            for key in self.keys():
+            for key in self.keys(arch, op):
                 config = self.default_config(arch, op, key)
                 reason = self.excluded(arch, op, key, config)
                 if reason is not None:
@@ -201,12 +237,19 @@ class FamilySpec:
                 out.append(self.variant(arch, op, key, config))
         return out
 
-    def policy(self) -> dict:
+    def policy(self, backends: tuple[str, ...] = ()) -> dict:
         """What the archive index carries for the family (docs/ARCHIVE.md, `families`); each
-        kernel record carries its own `deterministic`."""
+        kernel record carries its own `deterministic`. `backends`: those its shipped steps use
+        besides the family's own (their compilers are recorded too)."""
         from attnpack.builder.backends import backend
-        return {"backend": self.backend, "compilers": list(backend(self.backend).compilers),
-                "priority": self.priority, "provenance": dict(self.provenance)}
+        compilers = []
+        for name in (self.backend, *sorted(set(backends) - {self.backend})):
+            compilers += [c for c in backend(name).compilers if c not in compilers]
+        out = {"backend": self.backend, "compilers": compilers, "priority": self.priority,
+               "provenance": dict(self.provenance)}
+        if self.notice is not None:
+            out["notice"] = self.notice()
+        return out
 
 
 class DefaultConflict(ValueError):

@@ -18,7 +18,8 @@ LOG2E = 1.4426950408889634
 
 
 def problem_sizes(q: torch.Tensor, k: torch.Tensor) -> dict[str, int]:
-    return {"B": q.shape[0], "Hq": q.shape[1], "Hkv": k.shape[1], "Sq": q.shape[2], "Sk": k.shape[2]}
+    return {"B": q.shape[0], "Hq": q.shape[1], "Hkv": k.shape[1], "Sq": q.shape[2], "Sk": k.shape[2],
+            "D": q.shape[3]}
 
 
 def grid_extent(grid, sizes: Mapping[str, int]) -> tuple[int, int, int]:
@@ -33,27 +34,35 @@ def grid_extent(grid, sizes: Mapping[str, int]) -> tuple[int, int, int]:
 
 def workspace_tensors(variant: Variant, sizes: Mapping[str, int], device) -> dict[str, torch.Tensor]:
     return {w.name: torch.empty([sizes[s] for s in w.shape], dtype=torch.float32, device=device)
-            for w in variant.workspace}
+            for w in variant.workspace}  # sizes holds D too (problem_sizes)
 
 
 def resolve(word: str, tensors: Mapping[str, torch.Tensor], sizes: Mapping[str, int],
             sm_scale: float):
     """A word's value for Triton's launcher, by the vocabulary's source (attnpack.abi); a
     workspace buffer is a tensor of its own name."""
-    if word not in abi.VOCABULARY:
+    if word in tensors:
         return tensors[word]
-    w = abi.VOCABULARY[word]
+    parsed = abi.parse(word)
+    if parsed.word is None:
+        return parsed.constant
+    w, factor = parsed.word, parsed.multiplier
     if w.source == "size":
-        return sizes[word]
+        return sizes[w.name] * factor
+    if w.source == "gqa_group":
+        return sizes["Hq"] // sizes["Hkv"] * factor
+    if w.source == "lse_stride":
+        lse = (sizes["Hq"] * sizes["Sq"], sizes["Sq"], 1)[w.axis]
+        return lse * (4 if w.transform == "bytes" else 1) * factor
     if w.source == "sm_scale":
         return sm_scale
     if w.source == "sm_scale_log2":
         return sm_scale * LOG2E
     if w.source == "stride":
         t = tensors[abi.TENSORS[w.index]]
-        return t.stride(w.axis) * (t.element_size() if w.transform == "bytes" else 1)
+        return t.stride(w.axis) * (t.element_size() if w.transform == "bytes" else 1) * factor
     if w.source == "head_dim":
-        return tensors["q"].shape[-1]
+        return tensors["q"].shape[-1] * factor
     if w.source in ("tensor", "lse"):
         return tensors[word]
     raise ValueError(f"word {word} ({w.source}) has no value in a Triton JIT launch")

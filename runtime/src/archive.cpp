@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <optional>
 #include <sstream>
@@ -111,6 +112,14 @@ class Node {
     if (value > UINT32_MAX) malformed("does not fit 32 bits");
     return uint32_t(value);
   }
+  int64_t i64() const {
+    if (object_.type == msgpack::type::NEGATIVE_INTEGER) return object_.via.i64;
+    const uint64_t value = u64();  // malformed unless an integer
+    if (value > uint64_t(INT64_MAX)) malformed("does not fit a signed 64-bit integer");
+    return int64_t(value);
+  }
+  bool is_str() const { return object_.type == msgpack::type::STR; }
+  bool is_array() const { return object_.type == msgpack::type::ARRAY; }
   bool boolean() const {
     if (object_.type != msgpack::type::BOOLEAN) malformed("is not a boolean");
     return object_.via.boolean;
@@ -242,6 +251,28 @@ StepRecord read_step(const Node& node, size_t num_images) {
   return step;
 }
 
+RequirementRecord read_requirement(const Node& node) {
+  if (node.length() != 4) node.malformed("is not [word, op, operand, why]");
+  RequirementRecord record;
+  record.word = node.item(0).str();
+  record.op = node.item(1).str();
+  const Node operand = node.item(2);
+  if (operand.is_str()) {
+    record.operand = RequirementRecord::Operand::Word;
+    record.operand_word = operand.str();
+  } else if (operand.is_array()) {
+    record.operand = RequirementRecord::Operand::List;
+    if (operand.length() < 1 || operand.length() > kMaxRequirementValues) {
+      operand.malformed("does not hold 1 to " + std::to_string(kMaxRequirementValues) + " values");
+    }
+    for (uint32_t i = 0; i < operand.length(); ++i) record.list.push_back(operand.item(i).i64());
+  } else {
+    record.integer = operand.i64();  // malformed unless an integer
+  }
+  record.why = node.item(3).str();
+  return record;
+}
+
 KernelRecord read_kernel(const Node& node, size_t num_images, const std::vector<FamilyRecord>& families) {
   KernelRecord kernel;
   kernel.name = node.at("name").str();
@@ -271,6 +302,13 @@ KernelRecord read_kernel(const Node& node, size_t num_images, const std::vector<
   Node steps = node.at("steps");
   if (steps.length() == 0) steps.malformed("is empty");
   for (uint32_t i = 0; i < steps.length(); ++i) kernel.steps.push_back(read_step(steps.item(i), num_images));
+  // Format 2.1. Its shape is checked here; its words and ops when the kernel is planned, so a
+  // newer word makes only this kernel unlaunchable (launch.cpp).
+  if (auto requirements = node.maybe("requires")) {
+    for (uint32_t i = 0; i < requirements->length(); ++i) {
+      kernel.requirements.push_back(read_requirement(requirements->item(i)));
+    }
+  }
   return kernel;
 }
 

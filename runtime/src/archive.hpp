@@ -18,7 +18,7 @@
 namespace attnpack {
 
 constexpr uint16_t kFormatMajor = 2;
-constexpr uint16_t kFormatMinor = 0;
+constexpr uint16_t kFormatMinor = 1;
 
 // A family's declared policy (the index's `families`).
 struct FamilyRecord {
@@ -80,6 +80,18 @@ struct StepRecord {
   uint64_t kernarg_size = 0;
 };
 
+// A condition a problem must meet for its kernel to serve it: [word, op, operand, why]
+// (docs/ARCHIVE.md, `requires`). Words and ops are resolved when the kernel is planned.
+struct RequirementRecord {
+  enum class Operand : uint8_t { Integer, Word, List };
+  std::string word, op, why;
+  Operand operand = Operand::Integer;
+  int64_t integer = 0;
+  std::string operand_word;
+  std::vector<int64_t> list;  // `in`: 1 to kMaxRequirementValues integers
+};
+constexpr uint32_t kMaxRequirementValues = 16;
+
 struct WorkspaceRecord {
   std::string name;
   std::vector<std::string> shape;  // size words
@@ -101,6 +113,7 @@ struct KernelRecord {
   uint32_t family_index = 0;   // into Archive::families()
   std::vector<WorkspaceRecord> workspace;
   std::vector<StepRecord> steps;
+  std::vector<RequirementRecord> requirements;  // the index's `requires` (format 2.1)
 };
 
 struct SelectionRecord {

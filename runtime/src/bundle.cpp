@@ -60,7 +60,10 @@ Bundle::Bundle(const OpenOptions& options) {
 
   const std::vector<KernelRecord>& kernels = archive_->kernels();
   plans_.reserve(kernels.size());
-  for (const KernelRecord& kernel : kernels) plans_.push_back(plan_kernel(*archive_, kernel));
+  for (const KernelRecord& kernel : kernels) {
+    plans_.push_back(plan_kernel(*archive_, kernel));
+    requires_num_sms_ |= plans_.back().requires_num_sms;
+  }
   selector_ = std::make_unique<Selector>(*archive_, plans_);
   image_shared_.assign(archive_->images().size(), 0);
   image_cluster_.assign(archive_->images().size(), 1);
@@ -149,8 +152,20 @@ void* Bundle::function_for(DeviceContext& device, const StepPlan& step) {
   return slot.function.function;
 }
 
+Problem Bundle::with_device_facts(const Problem& input) {
+  Problem problem = input;
+  if (!requires_num_sms_ || problem.sizes[kNumSms] != 0) return problem;
+  try {
+    problem.sizes[kNumSms] = current_device().info.num_sms;
+  } catch (const Error&) {
+    // No driver or device here (or another arch's): unknown. A launch asks again and fails
+    // with the driver's own words if it gets that far.
+  }
+  return problem;
+}
+
 const KernelPlan& Bundle::select_for_launch(const Problem& problem) {
-  Selection selection = selector_->select(problem);
+  Selection selection = selector_->select(with_device_facts(problem));
   if (!selection.plan) {
     {
       std::lock_guard<std::mutex> lock(unsupported_mutex_);
@@ -215,7 +230,7 @@ void Bundle::run(const Problem& input, const LaunchOptions& options) {
 }
 
 uint64_t Bundle::workspace_size(const Problem& input) {
-  Selection selection = selector_->select(input);
+  Selection selection = selector_->select(with_device_facts(input));
   if (!selection.plan) fail(ATTNPACK_STATUS_UNSUPPORTED, selection.unsupported_reason);
   Problem problem = input;
   if (selection.plan->scratch_needs_num_sms) problem.sizes[kNumSms] = current_device().info.num_sms;
@@ -230,7 +245,7 @@ void Bundle::preload(const std::vector<Problem>& problems) {
     }
   }
   for (const Problem& problem : problems) {
-    Selection selection = selector_->select(problem);
+    Selection selection = selector_->select(with_device_facts(problem));
     if (selection.plan) wanted.push_back(selection.plan);  // unsupported ones will fall back
   }
   if (wanted.empty()) return;
@@ -240,7 +255,8 @@ void Bundle::preload(const std::vector<Problem>& problems) {
   }
 }
 
-std::string Bundle::explain(const Problem& problem) const {
+std::string Bundle::explain(const Problem& input) {
+  const Problem problem = with_device_facts(input);
   std::vector<std::string> trace;
   std::string out = "problem: " + describe(problem) + "\n";
   out += "archive: " + archive_->path() + " (" + archive_->arch() + ", bundle " +
@@ -257,8 +273,9 @@ std::string Bundle::explain(const Problem& problem) const {
     case Origin::Tuned: out += "served by: tuned entry\n"; break;
     case Origin::Default: out += "served by: default\n"; break;
   }
-  bool sizes_known = true;  // grids over num_sms need the device, which explain does not ask
-  for (const StepPlan& step : plan.steps) sizes_known &= !step.grid_uses_num_sms;
+  // Grids over num_sms need the device, which explain asks only for kernels' requirements.
+  bool sizes_known = true;
+  for (const StepPlan& step : plan.steps) sizes_known &= !step.grid_uses_num_sms || problem.sizes[kNumSms] != 0;
   for (const StepPlan& step : plan.steps) {
     const StepRecord& record = *step.record;
     out += "  step " + record.name + ": " + record.symbol + " grid " + grid_formula(step, problem, sizes_known) +

@@ -41,10 +41,11 @@ class Bundle {
   const char* driver_name() const;  // "cuda", "hip" or "recording", without loading a driver
   const std::string& compilers_text() const { return compilers_text_; }
 
-  Selection select(const Problem& problem, std::vector<std::string>* trace = nullptr) const {
-    return selector_->select(problem, trace);
+  // Selection with the device's facts a kernel's requirements name (see with_device_facts).
+  Selection select(const Problem& problem, std::vector<std::string>* trace = nullptr) {
+    return selector_->select(with_device_facts(problem), trace);
   }
-  std::string explain(const Problem& problem) const;
+  std::string explain(const Problem& problem);
   uint64_t workspace_size(const Problem& problem);
 
   // Runs every step of the selected kernel; throws UNSUPPORTED (counted) when none serves it.
@@ -82,6 +83,10 @@ class Bundle {
 
   Driver& driver();
   RecordingDriver& recording_driver();
+  // `problem` with num_sms set from the calling thread's device when some kernel's
+  // requirements name it; it stays 0 (unknown: such requirements fail) when no device can be
+  // asked, e.g. explain for another vendor's archive on a machine without that GPU.
+  Problem with_device_facts(const Problem& problem);
   DeviceContext& current_device();
   void* function_for(DeviceContext& device, const StepPlan& step);
   const KernelPlan& select_for_launch(const Problem& problem);
@@ -92,6 +97,7 @@ class Bundle {
   std::string compilers_text_;
   std::vector<uint32_t> image_shared_;   // per image: the most dynamic shared memory its steps use
   std::vector<uint32_t> image_cluster_;  // per image: the largest cluster its steps use
+  bool requires_num_sms_ = false;         // some kernel's requirements name num_sms
 
   std::unique_ptr<RecordingDriver> recording_driver_;
   std::atomic<Driver*> driver_{nullptr};  // the real driver, looked up on first need

@@ -1,7 +1,12 @@
 #include "launch.hpp"
 
 #include <algorithm>
+#include <cfloat>
+#include <charconv>
+#include <cmath>
 #include <cstring>
+#include <optional>
+#include <string_view>
 #include <unordered_map>
 
 #include "error.hpp"
@@ -53,6 +58,7 @@ int find_workspace(const KernelRecord& kernel, const std::string& word) {
 // two equal), looked up by hash: opening an archive resolves every parameter of every kernel.
 // Workspace buffer and tensor map names are the kernel's own and are looked up in the kernel.
 constexpr uint8_t kWirePtr = 1 << 0, kWireI64 = 1 << 1, kWireI32 = 1 << 2, kWireF32 = 1 << 3;
+constexpr int64_t kMaxMultiplier = int64_t(1) << 20;  // abi.MAX_MULTIPLIER
 
 struct VocabularyWord {
   const char* word;
@@ -105,9 +111,57 @@ bool resolve_buffer(const std::string& word, const KernelRecord& kernel, BufferR
   return true;
 }
 
+bool all_digits(std::string_view text) {
+  return !text.empty() && std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// A decimal literal as python/attnpack/abi.py's _FLOAT_LITERAL accepts it:
+// -?(digits.digits* | .digits | digits)([eE][-+]?digits)?
+bool is_decimal_literal(std::string_view text) {
+  if (!text.empty() && text[0] == '-') text.remove_prefix(1);
+  const size_t exponent = text.find_first_of("eE");
+  const std::string_view mantissa = text.substr(0, exponent);
+  const size_t point = mantissa.find('.');
+  bool ok = point == std::string_view::npos
+                ? all_digits(mantissa)
+                : (point > 0 ? all_digits(mantissa.substr(0, point)) &&
+                                   (point + 1 == mantissa.size() || all_digits(mantissa.substr(point + 1)))
+                             : all_digits(mantissa.substr(1)));
+  if (ok && exponent != std::string_view::npos) {
+    std::string_view power = text.substr(exponent + 1);
+    if (!power.empty() && (power[0] == '+' || power[0] == '-')) power.remove_prefix(1);
+    ok = all_digits(power);
+  }
+  return ok;
+}
+
+// const:<literal> (abi.parse): an integer (i32, i64, f32; ptr when 0) or a decimal (f32).
+bool parse_constant(std::string_view text, ParamSlot& slot, uint8_t& wires) {
+  slot.source = ParamSource::Constant;
+  const std::string_view digits = !text.empty() && text[0] == '-' ? text.substr(1) : text;
+  if (all_digits(digits)) {
+    auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), slot.constant);
+    if (error != std::errc() || end != text.data() + text.size()) return false;  // past 64 bits
+    wires = kWireI32 | kWireI64 | kWireF32 | (slot.constant == 0 ? kWirePtr : 0);
+    return true;
+  }
+  if (!is_decimal_literal(text)) return false;
+  double value = 0;
+  auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || end != text.data() + text.size() || !std::isfinite(value) ||
+      std::fabs(value) > double(FLT_MAX)) {
+    return false;
+  }
+  slot.real_constant = value;
+  slot.constant_is_real = true;
+  wires = kWireF32;
+  return true;
+}
+
 // Resolves one parameter word to its source; `wires` gets the wire types it may take.
 // Returns false for a word this runtime does not know. Precedence: the vocabulary (element
-// tensors and lse cannot be shadowed), then the kernel's workspace buffers, then its tensor maps.
+// tensors and lse cannot be shadowed), its parametric forms const:<literal> and <word>*<n>
+// (abi.parse), then the kernel's workspace buffers, then its tensor maps.
 bool resolve_word(const std::string& word, const KernelRecord& kernel, const StepRecord& step,
                   ParamSlot& slot, uint8_t& wires) {
   if (const VocabularyWord* fixed = find_fixed(word)) {
@@ -116,6 +170,27 @@ bool resolve_word(const std::string& word, const KernelRecord& kernel, const Ste
     slot.axis = fixed->axis;
     slot.transform = fixed->transform;
     wires = fixed->wires;
+    return true;
+  }
+  constexpr std::string_view kConstant = "const:";
+  if (word.compare(0, kConstant.size(), kConstant) == 0) {
+    return parse_constant(std::string_view(word).substr(kConstant.size()), slot, wires);
+  }
+  const size_t star = word.rfind('*');
+  if (star != std::string::npos) {
+    const std::string_view factor = std::string_view(word).substr(star + 1);
+    const VocabularyWord* base = find_fixed(word.substr(0, star));
+    int64_t multiplier = 0;
+    if (base && all_digits(factor) && factor.size() <= 8) {
+      std::from_chars(factor.data(), factor.data() + factor.size(), multiplier);
+    }
+    if (!base || !is_integer_source(base->source) || multiplier < 2 || multiplier > kMaxMultiplier) return false;
+    slot.source = base->source;
+    slot.index = base->index;
+    slot.axis = base->axis;
+    slot.transform = base->transform;
+    slot.multiplier = multiplier;
+    wires = base->wires;
     return true;
   }
   const int workspace = find_workspace(kernel, word);
@@ -233,6 +308,10 @@ std::string plan_params(const KernelRecord& kernel, const StepRecord& step, Kern
       return "parameter " + param.word + " has type " + param.type + ", which its word cannot take";
     }
     slot.type = declared->type;
+    if (slot.source == ParamSource::Constant && slot.type == ParamType::I32 &&
+        (slot.constant < INT32_MIN || slot.constant > INT32_MAX)) {
+      return "parameter " + param.word + " does not fit its i32 type";
+    }
     if (param.divisibility == 0 || (param.divisibility & (param.divisibility - 1)) != 0) {
       return "parameter " + param.word + " has divisibility " + std::to_string(param.divisibility);
     }
@@ -280,6 +359,42 @@ std::string plan_step(const Archive& archive, const KernelRecord& kernel, const 
   return defect;
 }
 
+constexpr const char* kFactWords[] = {"B", "Hq", "Hkv", "Sq", "Sk", "D", "Hq_per_Hkv", "num_sms"};  // Fact order
+constexpr const char* kRequirementOps[] = {"==", "!=", "<", "<=", ">", ">=", "multiple_of", "in"};  // Op order
+
+std::optional<Fact> find_fact(const std::string& word) {
+  int found = find_word(kFactWords, int(std::size(kFactWords)), word);
+  if (found < 0) return std::nullopt;
+  return Fact(found);
+}
+
+// One requirement's word, op and operand resolved, by the same rules as abi.Requirement.
+std::string plan_requirement(const RequirementRecord& record, KernelPlan& plan) {
+  using Operand = RequirementRecord::Operand;
+  RequirementPlan requirement;
+  requirement.record = &record;
+  std::optional<Fact> fact = find_fact(record.word);
+  if (!fact) return "tests '" + record.word + "', which is not in this runtime's vocabulary — update the runtime";
+  const int op = find_word(kRequirementOps, int(std::size(kRequirementOps)), record.op);
+  if (op < 0) return "has op '" + record.op + "', which this runtime does not know — update the runtime";
+  requirement.fact = *fact;
+  requirement.op = RequirementPlan::Op(op);
+  const bool in = requirement.op == RequirementPlan::Op::In;
+  const bool multiple_of = requirement.op == RequirementPlan::Op::MultipleOf;
+  if (in != (record.operand == Operand::List)) return "has an operand its op " + record.op + " does not take";
+  if (record.operand == Operand::Word) {
+    std::optional<Fact> operand = find_fact(record.operand_word);
+    if (!operand || multiple_of) return "has operand '" + record.operand_word + "', which its op does not take";
+    requirement.operand_is_fact = true;
+    requirement.operand_fact = *operand;
+  }
+  if (multiple_of && record.integer < 1) return "takes multiples of " + std::to_string(record.integer);
+  plan.requires_num_sms |= requirement.fact == Fact::NumSms ||
+                           (requirement.operand_is_fact && requirement.operand_fact == Fact::NumSms);
+  plan.requirements.push_back(requirement);
+  return "";
+}
+
 uint64_t checked_multiply(uint64_t a, uint64_t b, const char* what) {
   uint64_t out;
   if (__builtin_mul_overflow(a, b, &out)) {
@@ -290,26 +405,121 @@ uint64_t checked_multiply(uint64_t a, uint64_t b, const char* what) {
 
 }  // namespace
 
-int64_t stride_value(const ParamSlot& slot, const Problem& problem) {
-  const int64_t stride = problem.tensors[slot.index].stride[slot.axis];
-  return slot.transform == Transform::Bytes ? stride * int64_t(dtype_bytes(problem.dtype)) : stride;
+bool is_integer_source(ParamSource source) {
+  switch (source) {
+    case ParamSource::Stride:
+    case ParamSource::LseStride:
+    case ParamSource::Size:
+    case ParamSource::HeadDim:
+    case ParamSource::GqaGroup:
+    case ParamSource::Constant: return true;
+    default: return false;
+  }
+}
+
+bool integer_value(const ParamSlot& slot, const Problem& problem, int64_t& value) {
+  int64_t base = 0, element_bytes = 1;
+  switch (slot.source) {
+    case ParamSource::Stride:
+      base = problem.tensors[slot.index].stride[slot.axis];
+      element_bytes = dtype_bytes(problem.dtype);
+      break;
+    case ParamSource::LseStride: {  // contiguous float32 [B, Hq, Sq]
+      const int64_t strides[3] = {problem.sizes[kHq] * problem.sizes[kSq], problem.sizes[kSq], 1};
+      base = strides[std::min<int>(slot.axis, 2)];
+      element_bytes = 4;
+      break;
+    }
+    case ParamSource::Size: base = problem.sizes[slot.index]; break;
+    case ParamSource::HeadDim: base = problem.head_dim; break;
+    case ParamSource::GqaGroup: base = fact_value(Fact::GqaGroup, problem); break;
+    case ParamSource::Constant: base = slot.constant; break;
+    default: return false;
+  }
+  if (slot.transform == Transform::Bytes && __builtin_mul_overflow(base, element_bytes, &base)) return false;
+  return !__builtin_mul_overflow(base, slot.multiplier, &value);
+}
+
+const char* fact_word(Fact fact) { return kFactWords[size_t(fact)]; }
+
+int64_t fact_value(Fact fact, const Problem& problem) {
+  switch (fact) {
+    case Fact::B: return problem.sizes[kB];
+    case Fact::Hq: return problem.sizes[kHq];
+    case Fact::Hkv: return problem.sizes[kHkv];
+    case Fact::Sq: return problem.sizes[kSq];
+    case Fact::Sk: return problem.sizes[kSk];
+    case Fact::HeadDim: return problem.head_dim;
+    case Fact::GqaGroup: return problem.sizes[kHkv] > 0 ? problem.sizes[kHq] / problem.sizes[kHkv] : 0;
+    case Fact::NumSms: return problem.sizes[kNumSms];
+  }
+  return 0;
+}
+
+std::string requirement_failure(const KernelPlan& plan, const Problem& problem) {
+  using Op = RequirementPlan::Op;
+  for (const RequirementPlan& requirement : plan.requirements) {
+    const RequirementRecord& record = *requirement.record;
+    const int64_t value = fact_value(requirement.fact, problem);
+    const int64_t operand =
+        requirement.operand_is_fact ? fact_value(requirement.operand_fact, problem) : record.integer;
+    // Without a device (explain, select on a machine without one) num_sms is 0: such a
+    // requirement is not taken as met, so nothing is chosen that the device might refuse.
+    const bool device_unknown = (requirement.fact == Fact::NumSms ||
+                                 (requirement.operand_is_fact && requirement.operand_fact == Fact::NumSms)) &&
+                                problem.sizes[kNumSms] == 0;
+    bool met = false;
+    switch (requirement.op) {
+      case Op::Eq: met = value == operand; break;
+      case Op::Ne: met = value != operand; break;
+      case Op::Lt: met = value < operand; break;
+      case Op::Le: met = value <= operand; break;
+      case Op::Gt: met = value > operand; break;
+      case Op::Ge: met = value >= operand; break;
+      case Op::MultipleOf: met = value % operand == 0; break;  // operand >= 1 (plan_requirement)
+      case Op::In: met = std::find(record.list.begin(), record.list.end(), value) != record.list.end(); break;
+    }
+    if (met && !device_unknown) continue;
+    std::string text = "requires " + record.word + " " + record.op + " ";
+    if (requirement.op == Op::In) {
+      text += "{";
+      for (size_t i = 0; i < record.list.size(); ++i) text += (i ? ", " : "") + std::to_string(record.list[i]);
+      text += "}";
+    } else {
+      text += requirement.operand_is_fact ? record.operand_word : std::to_string(record.integer);
+    }
+    if (!record.why.empty()) text += " (" + record.why + ")";
+    if (device_unknown) return text + ": the device's multiprocessor count is not known here (no device was asked)";
+    if (requirement.fact == Fact::NumSms) return text + ": this device has " + std::to_string(value);
+    text += ": " + record.word + "=" + std::to_string(value);
+    if (requirement.operand_is_fact) text += ", " + record.operand_word + "=" + std::to_string(operand);
+    return text;
+  }
+  return "";
 }
 
 KernelPlan plan_kernel(const Archive& archive, const KernelRecord& kernel) {
   KernelPlan plan;
   plan.record = &kernel;
   for (const WorkspaceRecord& buffer : kernel.workspace) {
-    std::vector<SizeId> shape;
+    std::vector<Fact> shape;
     for (const std::string& word : buffer.shape) {
-      int size = find_word(kSizeWords, kSk + 1, word);
-      if (size < 0) {
+      std::optional<Fact> fact = find_fact(word);
+      if (!fact || *fact == Fact::GqaGroup || *fact == Fact::NumSms) {  // abi.WORKSPACE_SIZES
         plan.defect = "workspace " + buffer.name + " has size word '" + word +
                       "', which is not in this runtime's vocabulary — update the runtime";
         return plan;
       }
-      shape.push_back(SizeId(size));
+      shape.push_back(*fact);
     }
     plan.workspace_shapes.push_back(std::move(shape));
+  }
+  for (size_t i = 0; i < kernel.requirements.size(); ++i) {
+    std::string defect = plan_requirement(kernel.requirements[i], plan);
+    if (!defect.empty()) {
+      plan.defect = "requirement " + std::to_string(i) + " " + defect;
+      return plan;
+    }
   }
   plan.steps.resize(kernel.steps.size());
   for (size_t i = 0; i < kernel.steps.size(); ++i) {
@@ -356,11 +566,11 @@ std::array<uint32_t, 3> program_grid(const StepPlan& step, const Problem& proble
 WorkspaceLayout layout_workspace(const KernelPlan& plan, const Problem& problem) {
   WorkspaceLayout layout;
   uint64_t offset = 0;
-  for (const std::vector<SizeId>& shape : plan.workspace_shapes) {
+  for (const std::vector<Fact>& shape : plan.workspace_shapes) {
     offset = align_up(offset, kWorkspaceAlign);
     layout.buffer_offsets.push_back(offset);
     uint64_t bytes = sizeof(float);
-    for (SizeId size : shape) bytes = checked_multiply(bytes, uint64_t(problem.sizes[size]), "the workspace size");
+    for (Fact size : shape) bytes = checked_multiply(bytes, uint64_t(fact_value(size, problem)), "the workspace size");
     offset += bytes;
   }
   // One scratch region, shared by the steps: they run one after another on one stream.
@@ -424,8 +634,8 @@ TensorMapEncode tensormap_arguments(const TensorMapPlan& map, const KernelPlan& 
       encode.data_type = 7;
       break;
     case BufferRef::Workspace: {
-      const std::vector<SizeId>& shape = plan.workspace_shapes[map.buffer.index];
-      for (size_t i = 0; i < shape.size(); ++i) extents[i] = problem.sizes[shape[i]];
+      const std::vector<Fact>& shape = plan.workspace_shapes[map.buffer.index];
+      for (size_t i = 0; i < shape.size(); ++i) extents[i] = fact_value(shape[i], problem);
       encode.rank = uint32_t(shape.size());
       encode.address = buffers.workspace[map.buffer.index];
       encode.data_type = 7;
@@ -465,21 +675,29 @@ void pack_arguments(const StepPlan& step, const KernelPlan& plan, const Problem&
       case ParamSource::Workspace: address = buffers.workspace[slot.index]; break;
       case ParamSource::GlobalScratch: address = buffers.global_scratch; break;
       case ParamSource::ProfileScratch: address = buffers.profile_scratch; break;
-      case ParamSource::Stride: {
-        const int64_t stride = stride_value(slot, problem);
-        if (slot.type == ParamType::I32) {
-          const int32_t narrow = int32_t(stride);  // layout_mismatch refused values that do not fit
-          std::memcpy(at, &narrow, sizeof(narrow));
-        } else {
-          std::memcpy(at, &stride, sizeof(stride));
+      case ParamSource::Constant:
+        if (slot.constant_is_real) {
+          const float value = float(slot.real_constant);
+          std::memcpy(at, &value, sizeof(value));
+          continue;
         }
-        continue;
-      }
+        [[fallthrough]];
+      case ParamSource::Stride:
+      case ParamSource::LseStride:
       case ParamSource::HeadDim:
+      case ParamSource::GqaGroup:
       case ParamSource::Size: {
-        int32_t size = slot.source == ParamSource::HeadDim ? problem.head_dim
-                                                           : int32_t(problem.sizes[slot.index]);
-        std::memcpy(at, &size, sizeof(size));
+        int64_t value = 0;
+        integer_value(slot, problem, value);  // layout_mismatch refused values that do not fit
+        if (slot.type == ParamType::I32) {
+          const int32_t narrow = int32_t(value);
+          std::memcpy(at, &narrow, sizeof(narrow));
+        } else if (slot.type == ParamType::F32) {
+          const float real = float(value);
+          std::memcpy(at, &real, sizeof(real));
+        } else {  // i64, or ptr for const:0
+          std::memcpy(at, &value, sizeof(value));
+        }
         continue;
       }
       case ParamSource::SmScale:

@@ -30,9 +30,13 @@ enum class ParamSource : uint8_t {
   GlobalScratch,   // Triton's trailing global scratch pointer
   ProfileScratch,  // Triton's trailing profile scratch pointer
   TensorMap,       // a host TMA descriptor (index: the step's tensormaps entry)
+  GqaGroup,        // Hq_per_Hkv: Hq / Hkv
+  LseStride,       // lse_stride_<b|h|s>[_bytes] of the contiguous float32 lse [B, Hq, Sq]
+  Constant,        // const:<literal>, parsed from the word (not a vocabulary row)
 };
 
-// A value transform of the vocabulary (abi.TRANSFORMS): Bytes multiplies by the element size.
+// A value transform of the vocabulary (abi.TRANSFORMS): Bytes multiplies by the element size
+// (the problem's dtype; 4 for lse).
 enum class Transform : uint8_t { None, Bytes };
 
 struct ParamSlot {
@@ -44,10 +48,34 @@ struct ParamSlot {
   uint8_t axis = 0;
   uint32_t divisibility = 1;
   uint32_t offset = 0;  // in the packed argument buffer
+  int64_t multiplier = 1;           // <word>*<n>
+  int64_t constant = 0;             // const:<integer>
+  double real_constant = 0;         // const:<decimal> (f32 only)
+  bool constant_is_real = false;
 };
 
-// A stride parameter's value for `problem`: elements, or bytes under Transform::Bytes.
-int64_t stride_value(const ParamSlot& slot, const Problem& problem);
+// Whether a parameter's value is an integer computed from the problem (or a constant).
+bool is_integer_source(ParamSource source);
+// An integer parameter's value for `problem`, multiplier applied; false when it overflows
+// 64 bits. A stride is in elements, or bytes under Transform::Bytes.
+bool integer_value(const ParamSlot& slot, const Problem& problem, int64_t& value);
+
+// The integer facts of a problem a requirement or a workspace shape names (abi.
+// REQUIREMENT_WORDS, abi.WORKSPACE_SIZES).
+enum class Fact : uint8_t { B, Hq, Hkv, Sq, Sk, HeadDim, GqaGroup, NumSms };
+const char* fact_word(Fact fact);
+// The value of `fact`; NumSms is 0 when the device was not asked.
+int64_t fact_value(Fact fact, const Problem& problem);
+
+// A kernel requirement, resolved (RequirementRecord).
+struct RequirementPlan {
+  enum class Op : uint8_t { Eq, Ne, Lt, Le, Gt, Ge, MultipleOf, In };
+  const RequirementRecord* record = nullptr;
+  Op op = Op::Eq;
+  Fact fact = Fact::B;
+  bool operand_is_fact = false;
+  Fact operand_fact = Fact::B;
+};
 
 // The memory a tensor map views.
 struct BufferRef {
@@ -74,7 +102,9 @@ struct StepPlan {
 struct KernelPlan {
   const KernelRecord* record = nullptr;
   std::vector<StepPlan> steps;
-  std::vector<std::vector<SizeId>> workspace_shapes;  // per declared buffer
+  std::vector<std::vector<Fact>> workspace_shapes;  // per declared buffer
+  std::vector<RequirementPlan> requirements;
+  bool requires_num_sms = false;  // a requirement names the device's multiprocessor count
   bool uses_tensor[kNumTensors] = {};
   bool uses_lse = false;
   bool scratch_needs_num_sms = false;  // workspace size depends on the device
@@ -84,6 +114,10 @@ struct KernelPlan {
 // Plans every step of `kernel`. Never throws for a bad spec: it records `defect` instead, so
 // one kernel this runtime cannot launch does not make the whole archive unusable.
 KernelPlan plan_kernel(const Archive& archive, const KernelRecord& kernel);
+
+// Why `problem` fails one of the kernel's requirements ("requires Sq == Sk (why): Sq=1, Sk=2"),
+// or "". A requirement on num_sms fails while the device's count is unknown (0).
+std::string requirement_failure(const KernelPlan& plan, const Problem& problem);
 
 // Why the step's grid for `problem` exceeds the driver's limits (counting cluster blocks), or "".
 std::string grid_overflow(const StepPlan& step, const Problem& problem);

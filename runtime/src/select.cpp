@@ -124,6 +124,8 @@ std::string Selector::unbuilt_reason(const Problem& p) const {
 }
 
 std::string Selector::layout_mismatch(const KernelPlan& plan, const Problem& problem) {
+  std::string unmet = requirement_failure(plan, problem);
+  if (!unmet.empty()) return unmet;
   const uint64_t element_bytes = dtype_bytes(problem.dtype);
   for (int t = 0; t < kNumTensors; ++t) {
     if (!plan.uses_tensor[t]) continue;
@@ -142,13 +144,14 @@ std::string Selector::layout_mismatch(const KernelPlan& plan, const Problem& pro
     }
   }
   if (plan.uses_lse && problem.lse % 4 != 0) return "lse is not 4-byte aligned";
-  // Every value must fit the wire type the kernel takes it as (a stride passed as i32), and
-  // every divisibility the kernel was compiled to assume must hold for this problem.
+  // Every value must fit the wire type the kernel takes it as (a stride passed as i32, a
+  // scaled word), and every divisibility the kernel was compiled to assume must hold.
   for (const StepPlan& step : plan.steps) {
     for (const ParamSlot& slot : step.params) {
-      if (slot.source == ParamSource::Stride && slot.type == ParamType::I32) {
-        const int64_t value = stride_value(slot, problem);
-        if (value > INT32_MAX) {
+      int64_t value = 0;
+      if (is_integer_source(slot.source) && !slot.constant_is_real) {
+        if (!integer_value(slot, problem, value)) return *slot.word + " overflows 64 bits";
+        if (slot.type == ParamType::I32 && (value > INT32_MAX || value < INT32_MIN)) {
           return *slot.word + "=" + std::to_string(value) + " does not fit the kernel's 32-bit parameter";
         }
       }
@@ -162,14 +165,12 @@ std::string Selector::layout_mismatch(const KernelPlan& plan, const Problem& pro
           break;
         }
         case ParamSource::Stride: {
-          int64_t value = stride_value(slot, problem);
           if (value % slot.divisibility != 0) {
             return *slot.word + "=" + std::to_string(value) + " is not a multiple of " + div + " (kernel promise)";
           }
           break;
         }
         case ParamSource::Size: {
-          int64_t value = problem.sizes[slot.index];
           if (value % slot.divisibility != 0) {
             return *slot.word + "=" + std::to_string(value) + " is not a multiple of " + div + " (kernel promise)";
           }

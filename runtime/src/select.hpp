@@ -45,8 +45,9 @@ class Selector {
   // launch path) receives the tuning key, each candidate and its verdict.
   Selection select(const Problem& problem, std::vector<std::string>* trace = nullptr) const;
 
-  // Why this kernel cannot take this problem ("" when it can): its tensors' layout and
-  // alignment, every divisibility promise it was compiled with, and the grid limits.
+  // Why this kernel cannot take this problem ("" when it can): its requirements (the index's
+  // `requires`), its tensors' layout and alignment, every value fitting its wire type, every
+  // divisibility promise it was compiled with, and the grid limits.
   static std::string layout_mismatch(const KernelPlan& plan, const Problem& problem);
 
   // Kernels of every selection and tuning entry (preload of the whole table).

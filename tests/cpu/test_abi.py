@@ -19,8 +19,9 @@ def test_the_runtime_table_is_generated_from_the_python_vocabulary():
 def test_the_table_has_one_row_per_word_with_its_source_and_wire_types():
     rows = [line for line in abi.cpp_table().splitlines() if line.startswith("{")]
     assert len(rows) == len(abi.VOCABULARY)
-    # 8 tensors x (ptr + 4 element strides + 3 byte strides), lse, 2 scratch, 5 sizes, D, 2 floats
-    assert len(abi.VOCABULARY) == 8 * 8 + 1 + 2 + 5 + 1 + 2
+    # 8 tensors x (ptr + 4 element strides + 3 byte strides), lse and its 3 + 3 byte strides,
+    # 2 scratch, 5 sizes, D, Hq_per_Hkv, 2 floats
+    assert len(abi.VOCABULARY) == 8 * 8 + 1 + 6 + 2 + 5 + 1 + 1 + 2
     assert '{"k_stride_s_bytes", ParamSource::Stride, kWireI64 | kWireI32, 1, 2, Transform::Bytes},' in rows
     assert '{"Hkv", ParamSource::Size, kWireI32, 2, 0, Transform::None},' in rows
     assert '{"sm_scale_log2", ParamSource::SmScaleLog2, kWireF32, 0, 0, Transform::None},' in rows

@@ -1,5 +1,6 @@
-"""The AITER assembly family on the CPU: the pinned wheel, the declared code objects against
-their own kernarg metadata, the packed argument buffer and the checks before a launch.
+"""The AITER assembly family's static side on the CPU: the pinned wheel, the declared code
+objects against their own kernarg metadata, the launch words and the grid rule.
+(test_aiter_asm_family.py builds the family into archives and launches it through the runtime.)
 
 Built, not run: no AMD GPU exists here. The wheel comes from PyPI once (about 40 MB) and is
 then read from the attnpack cache; set ATTNPACK_AITER_WHEEL to a local copy on a machine
@@ -7,10 +8,8 @@ without network access.
 """
 import dataclasses
 import hashlib
-import importlib.util
-import math
+import importlib
 import shutil
-import struct
 import sys
 import time
 from pathlib import Path
@@ -19,24 +18,17 @@ import pytest
 
 from attnpack import abi
 from attnpack.archive.elf import KernelFacts, kernel_facts
-from attnpack.family import kernels_root
+from attnpack.family import kernels_root, load_family
 
 
-def _load_family_package():
-    """aot/kernels/aiter_asm as a package (it has no family.py yet: the lead wires it in)."""
-    folder = kernels_root() / "aiter_asm"
-    name = "attnpack_test_aiter_asm"
-    if name not in sys.modules:
-        spec = importlib.util.spec_from_file_location(
-            name, folder / "__init__.py", submodule_search_locations=[str(folder)])
-        package = importlib.util.module_from_spec(spec)
-        sys.modules[name] = package
-        spec.loader.exec_module(package)
-    return (importlib.import_module(f"{name}.source"), importlib.import_module(f"{name}.kernels"),
-            importlib.import_module(f"{name}.verify"))
+def _family_modules():
+    """The family folder as the builder loads it, and its modules."""
+    spec = load_family(kernels_root() / "aiter_asm")
+    package = spec.steps.__module__.rsplit(".", 1)[0]
+    return tuple(importlib.import_module(f"{package}.{m}") for m in ("source", "kernels", "verify"))
 
 
-source, kernels, verify = _load_family_package()
+source, kernels, verify = _family_modules()
 
 
 @pytest.fixture(scope="module")
@@ -130,6 +122,12 @@ def test_notice_names_the_wheel_every_file_hash_and_the_licence(wheel):
 
 
 # ---- the table against the wheel --------------------------------------------------------------
+
+def test_the_pinned_member_hashes_are_the_wheels(wheel):
+    assert len(kernels.MEMBER_SHA256) == len(kernels.CODE_OBJECTS)
+    for obj in kernels.CODE_OBJECTS:
+        assert wheel._record[obj.member] == obj.sha256, obj.member
+
 
 def test_every_code_object_in_the_wheel_is_shipped_or_excluded_with_a_reason(wheel):
     inventory = wheel.code_objects()
@@ -252,138 +250,58 @@ def test_a_segment_declared_only_by_size_is_reported_as_such():
         "x: the metadata names no kernel arguments; only the kernarg size could be checked"]
 
 
-# ---- launch words -------------------------------------------------------------------------------
+# ---- launch words and grids ---------------------------------------------------------------------
 
-def test_layouts_speak_only_declared_words():
-    attnpack_words = (set(abi.TENSORS) | set(abi.FP32_BUFFERS) | set(abi.SIZES) |
-                      {abi.HEAD_DIM} | set(abi.FLOATS))
-    assert kernels.EXISTING_WORDS <= attnpack_words
-    assert not set(kernels.NEW_WORDS) & attnpack_words
-    used = {f.word for o in kernels.CODE_OBJECTS for f in o.layout.fields}
-    assert used <= kernels.EXISTING_WORDS | set(kernels.NEW_WORDS)
-    assert set(kernels.NEW_WORDS) <= used          # no word declared for nothing
+def test_layouts_speak_the_generic_vocabulary():
+    """Every slot is filled by a word of attnpack's vocabulary (abi.parse) that takes the slot's
+    wire type: the runtime needs nothing AITER-specific."""
+    used = set()
     for o in kernels.CODE_OBJECTS:
+        workspace = ("delta", "dq_acc") if o.op == "bwd" else ()
         for f in o.layout.fields:
             assert (f.wire == "ptr") == (f.size == 8)
-            assert f.scale == 1 or f.aiter_name == "Ts"
+            if f.word in workspace:
+                continue
+            parsed = abi.parse(f.word)
+            assert parsed.fits(f.wire), (o.name, f)
+            used.add(f.word)
+    assert {"Hq_per_Hkv", "lse_stride_h_bytes", "const:0", "const:1", "const:5",
+            f"const:{kernels.LOG2E!r}", "q_stride_s_bytes*256", "k_stride_s_bytes*256"} <= used
+    # the tile slots scale a row stride by the tile's rows
+    for o in kernels.CODE_OBJECTS:
+        if any(f.aiter_name == "Ts" for f in o.layout.fields):
+            ts = o.layout.field("Ts")
+            assert abi.parse(ts.word).multiplier == o.tile
 
 
-# ---- packing, grid and the checks before a launch ------------------------------------------------
-
-POINTERS = {"q": 0x7f0000001000, "k": 0x7f0000002000, "v": 0x7f0000003000,
-            "o": 0x7f0000004000, "lse": 0x7f0000005000, "do": 0x7f0000006000,
-            "dk": 0x7f0000007000, "dv": 0x7f0000008000, "delta": 0x7f0000009000,
-            "dq_acc": 0x7f000000a000}
-
-
-def test_forward_buffer_for_a_small_gqa_shape_by_hand():
-    obj = _obj("gfx942", "fwd", causal=True, cu_variant="MI300")
-    p = kernels.Problem.contiguous(B=2, Hq=8, Hkv=2, Sq=384, Sk=384, D=128, causal=True,
-                                   sm_scale=0.125, pointers=POINTERS, cu_count=304)
-    want = bytearray(512)
-    for off, ptr in ((0, "o"), (16, "q"), (32, "k"), (48, "v"), (64, "lse")):
-        struct.pack_into("<Q", want, off, POINTERS[ptr])
-    struct.pack_into("<f", want, 80, 0.125)
-    q_s, q_h, q_b = 128 * 2, 384 * 128 * 2, 8 * 384 * 128 * 2      # bytes, [B, Hq, Sq, D]
-    k_s, k_h, k_b = 128 * 2, 384 * 128 * 2, 2 * 384 * 128 * 2      # [B, Hkv, Sk, D]
-    for off, value in ((96, 384), (112, q_s), (128, 256 * q_s), (144, q_h), (160, q_b),
-                       (176, 4), (192, k_s), (208, k_h), (224, k_b),
-                       (240, 5),          # Hq % 8 == 0 and Sq <= 16384: AITER's tune_opt 5
-                       (256, 1), (272, 384), (288, 128), (304, 128), (320, 8),
-                       (336, k_s), (352, k_h), (368, k_b),          # V is laid out like K
-                       (384, q_s), (400, q_h), (416, q_b),          # O like Q
-                       (464, 384 * 4)):
-        struct.pack_into("<I", want, off, value)
-    assert kernels.pack_kernargs(obj, p) == bytes(want)
-    assert kernels.grid_of(obj, p) == (1, 8, 2) and obj.block == 512
-    # Six q heads: AITER lowers tune_opt to 3 for a masked forward.
-    p6 = dataclasses.replace(p, Hq=6, Hkv=2)
-    assert struct.unpack_from("<I", kernels.pack_kernargs(obj, p6), 240) == (3,)
-
-
-def test_backward_buffer_takes_the_workspaces_and_per_tensor_strides():
-    obj = _obj("gfx950", "bwd", dtype="fp16", causal=True)
-    p = kernels.Problem.contiguous(B=3, Hq=4, Hkv=4, Sq=100, Sk=300, D=96, dtype="fp16",
-                                   causal=True, sm_scale=0.1, layout="bshd", pointers=POINTERS)
-    buf = kernels.pack_kernargs(obj, p)
-    u32 = lambda off: struct.unpack_from("<I", buf, off)[0]  # noqa: E731
-    assert struct.unpack_from("<Q", buf, 0x00)[0] == POINTERS["dq_acc"]
-    assert struct.unpack_from("<Q", buf, 0x80)[0] == POINTERS["delta"]
-    assert struct.unpack_from("<f", buf, 0xa0)[0] == pytest.approx(math.log2(math.e), rel=1e-7)
-    assert u32(0xb0) == 100 and u32(0x150) == 300 and u32(0x160) == u32(0x170) == 96
-    assert u32(0xc0) == 256 * 4 * 96 * 2                 # Ts: 256 K rows, [B, Sk, Hkv, D]
-    assert (u32(0xd0), u32(0xe0), u32(0xf0)) == (96 * 2, 100 * 4 * 96 * 2, 4 * 96 * 2)
-    assert u32(0x240) == 100 * 4 and u32(0x290) == 100
-    assert kernels.grid_of(obj, p) == (1, 4, 3) and obj.block == 256   # ceil(300 / 512)
+def _grid(obj, sizes):
+    """The step's grid rule: a dim is the product of its factors (var, d), each ceil(var / d)."""
+    out = []
+    for dim in obj.grid:
+        n = 1
+        for var, d in dim:
+            n *= -(-sizes[var] // d)
+        out.append(n)
+    return tuple(out)
 
 
 @pytest.mark.parametrize("s", [1, 255, 256, 257, 511, 512, 513, 1000, 4096, 16385])
 def test_grid_rule_matches_aiters_launch_arithmetic(s):
     """AITER: gdx = ((s + ts - 1) / ts + tg_div - 1) / tg_div, tg_div 2 when masked."""
     for obj in kernels.CODE_OBJECTS:
-        p = kernels.Problem.contiguous(B=2, Hq=8, Hkv=8, Sq=s, Sk=s, D=obj.head_dims[-1],
-                                       dtype=obj.dtype, causal=obj.causal)
         tiles = (s + obj.tile - 1) // obj.tile
         tg = 2 if obj.causal else 1
-        assert kernels.grid_of(obj, p) == ((tiles + tg - 1) // tg, 8, 2), obj.name
+        sizes = {"Sq": s, "Sk": s, "Hq": 8, "B": 2}
+        assert _grid(obj, sizes) == ((tiles + tg - 1) // tg, 8, 2), obj.name
 
 
-def test_selection_and_every_refusal_reason():
-    sel = kernels.select
-    P = kernels.Problem.contiguous
-    square = P(B=1, Hq=16, Hkv=4, Sq=2048, Sk=2048, D=128, causal=True)
-    mi300 = dataclasses.replace(square, cu_count=304)
-    assert sel("gfx942", "fwd", mi300)[0].cu_variant == "MI300"
-    assert sel("gfx942", "fwd", dataclasses.replace(square, cu_count=80))[0].cu_variant == "MI308"
-    assert sel("gfx942", "fwd", dataclasses.replace(square, cu_count=64))[0].cu_variant == "MI308"
-    obj, reasons = sel("gfx942", "fwd", dataclasses.replace(square, cu_count=228))
-    assert obj is None and len(reasons) == 4
-    assert sum("with 228 compute units" in r for r in reasons) == 2
-    assert sel("gfx950", "fwd", square)[0].member.endswith("gfx950/fmha_v3_fwd/"
-                                                           "fwd_hd128_bf16_causal.co")
-
-    def refused(arch, op, problem, text):
-        obj, reasons = sel(arch, op, problem)
-        assert obj is None and any(text in r for r in reasons), reasons
-
-    refused("gfx950", "fwd", P(1, 16, 4, 1024, 2048, 128, causal=True),
-            "causal with Sq 1024 != Sk 2048; this kernel's mask is bottom-right aligned")
-    refused("gfx950", "fwd", P(1, 16, 4, 1024, 1024, 128, dtype="fp16"), "dtype fp16")
-    refused("gfx950", "fwd", P(1, 16, 4, 1024, 1024, 64), "head dim 64")
-    refused("gfx950", "fwd", P(1, 16, 4, 0, 1024, 128), "empty problem")
-    refused("gfx950", "fwd", P(1, 16, 5, 1024, 1024, 128), "Hq 16 is not a multiple of Hkv 5")
-    refused("gfx950", "fwd", P(1, 16, 4, 1024, 1024, 128, sm_scale=-1.0), "softmax scale -1.0")
-    refused("gfx950", "bwd", P(1, 16, 4, 1024, 1024, 128), "GQA backward (Hq 16 != Hkv 4)")
-    refused("gfx950", "bwd", P(1, 8, 8, 1024, 1024, 64), "head dim 64")
-    # [B, H, S, D] with 128 heads of 131072 x 128: a 2^32-byte batch stride.
-    refused("gfx942", "bwd", P(2, 128, 128, 131072, 131072, 128),
-            "q_stride_b_bytes = 4294967296 does not fit the 32-bit slot BAs_q")
-    # The backward's causal mask is top-left: any Sq, Sk; head dim 96 runs on the hd128 build.
-    obj, _ = sel("gfx942", "bwd", P(2, 8, 8, 100, 300, 96, causal=True))
-    assert obj.member.endswith("bwd_hd128_bf16_causal_a32_rtne_psskddv.co")
-    obj, _ = sel("gfx942", "bwd", P(2, 8, 8, 100, 300, 192, dtype="fp16"))
-    assert obj.member.endswith("bwd_hd192_fp16_a32_psskddv.co")
-
-
-def test_glue_kernels_compile_for_both_archs_without_spills():
-    glue = importlib.import_module(kernels.__name__.rsplit(".", 1)[0] + ".glue")
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-    import triton
-    for arch in kernels.ARCHS:
-        for name, step in glue.GLUE_STEPS.items():
-            signature = {a: "*bf16" if a in ("o", "do", "dq") else "*fp32" if a in
-                         ("delta", "dq_acc") else "i64" if "_stride_" in a else "i32"
-                         for a in step["args"]}
-            consts = {"HEAD_DIM": 96, "BLOCK_D": glue.block_d(96), "BLOCK_M": glue.BLOCK_M}
-            compiled = triton.compile(
-                ASTSource(fn=step["fn"], signature={**signature, **dict.fromkeys(consts,
-                                                                                 "constexpr")},
-                          constexprs=consts),
-                target=GPUTarget("hip", arch, 64), options={"num_warps": 4})
-            facts = kernel_facts(compiled.asm["hsaco"], compiled.name)
-            assert facts.arch == arch, name
-            assert facts.resources["vgpr_spills"] == facts.resources["scratch_bytes"] == 0, name
+def test_requirements_per_code_object():
+    texts = {o.name: [r.text for r in o.requires] for o in kernels.CODE_OBJECTS}
+    assert texts["aiter_asm/fwd/bf16-d128-causal/gfx942-MI300"] == [
+        "Sq == Sk", "Hq multiple_of 8", "Sq <= 16384", "num_sms == 304"]
+    assert texts["aiter_asm/fwd/bf16-d128-full/gfx942-MI308"] == ["num_sms in {80, 64}"]
+    assert texts["aiter_asm/fwd/bf16-d128-full/gfx950"] == []
+    assert all(t == ["Hq_per_Hkv == 1"] for n, t in texts.items() if "/bwd/" in n)
 
 
 def test_family_imports_nothing_from_aiter():

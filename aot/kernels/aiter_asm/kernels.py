@@ -17,39 +17,27 @@ Built, not run: there is no AMD GPU on the machines that wrote this table.
 """
 from __future__ import annotations
 
-import math
-import struct
-from dataclasses import dataclass, field
-from typing import Mapping
+from dataclasses import dataclass
+
+from attnpack.abi import Requirement
 
 from .source import HSA_ROOT
 
 LOG2E = 1.4426950408889634          # AITER passes ck_tile::log2e_v<float>
-U32_MAX = 0xFFFFFFFF
-ELEMENT_BYTES = {"fp16": 2, "bf16": 2}
 ARCHS = ("gfx942", "gfx950")
 
 # ---------------------------------------------------------------------------------------------
-# Launch words. Existing attnpack words (python/attnpack/abi.py): the pointers q k v o do dk dv
-# lse, the sizes B Hq Hkv Sq Sk and D, and sm_scale. Everything else AITER needs is new:
-STRIDE_TENSORS = ("q", "k", "v", "o", "do", "dk", "dv")
-NEW_WORDS: dict[str, tuple[str, str]] = {
-    **{f"{t}_stride_{a}_bytes": ("u32", f"{t}_stride_{a} * element bytes (2 for fp16/bf16)")
-       for t in STRIDE_TENSORS for a in ("b", "h", "s")},
-    "gqa_ratio": ("u32", "Hq / Hkv (Hq % Hkv == 0)"),
-    "lse_stride_h_bytes": ("u32", "Sq * 4: lse and delta are contiguous float32 [B, Hq, Sq]"),
-    "aiter_causal_opt": ("u32", "3 if Hq % 8 != 0 or Sq > 16384 else 5 (AITER's tune_opt for "
-                                "masked forwards)"),
-    "delta": ("ptr", "workspace: float32 [B, Hq, Sq] contiguous, rowsum(dO * O)"),
-    "dq_acc": ("ptr", "workspace: float32 [B, Hq, Sq, D] contiguous, zeroed before the kernel "
-                      "(it accumulates dQ with float atomics)"),
-    "const:0": ("u32/ptr", "literal zero (null pointers of group mode, unused mask fields)"),
-    "const:1": ("u32", "literal 1 (the forward's store-LSE flag)"),
-    "const:5": ("u32", "literal 5 (AITER's tune_opt for unmasked forwards)"),
-    "const:log2e": ("f32", f"literal log2(e) = {LOG2E!r} as float32"),
-}
-EXISTING_WORDS = {"q", "k", "v", "o", "do", "dk", "dv", "lse",
-                  "B", "Hq", "Hkv", "Sq", "Sk", "D", "sm_scale"}
+# Launch words: all from attnpack's generic vocabulary (python/attnpack/abi.py), so the runtime
+# needs nothing AITER-specific. The slots are 32-bit values the kernels read as unsigned; they
+# go as i32, and a value above 2^31 - 1 is unsupported (AITER keeps element strides in int32):
+#   q k v o do dk dv lse, B Hq Sq Sk D, sm_scale (the plain scale; the kernels apply log2(e))
+#   <t>_stride_<b|h|s>_bytes     byte strides of the element tensors
+#   <t>_stride_s_bytes*<rows>    a tile of rows in bytes (the structs' `Ts`)
+#   Hq_per_Hkv                   the GQA group size
+#   lse_stride_h_bytes           Sq * 4: lse and delta are contiguous float32 [B, Hq, Sq]
+#   const:<n>                    fixed slots: null group-mode pointers, flags, log2(e)
+#   delta, dq_acc                the backward's workspace buffers (BWD_WORKSPACE)
+LOG2E_WORD = f"const:{LOG2E!r}"
 
 # One grid dimension is a product of factors (var, d), each ceil(var / d), as in attnpack.family.
 GridDim = tuple[tuple[str, int], ...]
@@ -61,9 +49,8 @@ class Field:
     offset: int
     size: int                # bytes the value occupies (the rest of its slot is padding)
     aiter_name: str          # the slot's name in the code object's kernarg metadata
-    wire: str                # "ptr" (8 bytes), "u32" or "f32" (4 bytes)
-    word: str                # the launch word whose value fills it
-    scale: int = 1           # the slot holds word * scale (tile strides)
+    wire: str                # "ptr" (8 bytes), "i32" or "f32" (4 bytes)
+    word: str                # the launch word whose value fills it (attnpack.abi)
 
 
 @dataclass(frozen=True)
@@ -81,15 +68,20 @@ def _slots(entries, slot_bytes: int, start: int = 0) -> list[Field]:
     """Fields placed one per fixed-size slot: AITER pads every value (p2 after a pointer, p3 or
     p1 after a 32-bit value) so each starts a new 16- or 8-byte slot."""
     out = []
-    for i, (name, wire, word, *scale) in enumerate(entries):
+    for i, (name, wire, word) in enumerate(entries):
         size = 8 if wire == "ptr" else 4
-        out.append(Field(start + i * slot_bytes, size, name, wire, word, *scale))
+        out.append(Field(start + i * slot_bytes, size, name, wire, word))
     return out
 
 
 def _strides(tensor: str, prefix: str, axes=("h", "b", "s")) -> list[tuple]:
     names = {"h": "Hs", "b": "BAs", "s": "Seqs"}
-    return [(f"{names[a]}_{prefix}", "u32", f"{tensor}_stride_{a}_bytes") for a in axes]
+    return [(f"{names[a]}_{prefix}", "i32", f"{tensor}_stride_{a}_bytes") for a in axes]
+
+
+# AITER's tune_opt ("s_opt"): 5, lowered to 3 for a masked forward when Hq % 8 != 0 or
+# Sq > 16384. attnpack ships the 5 schedule only; the causal builds require its conditions.
+MASK_OPT = 5
 
 
 def fwd_layout(causal: bool, tile_q: int) -> KernargLayout:
@@ -98,25 +90,25 @@ def fwd_layout(causal: bool, tile_q: int) -> KernargLayout:
         ("R", "ptr", "o"), ("Q", "ptr", "q"), ("K", "ptr", "k"), ("V", "ptr", "v"),
         ("LSE", "ptr", "lse"),
         ("scalar", "f32", "sm_scale"),              # the plain softmax scale
-        ("seq_len", "u32", "Sq"),
-        ("Seqs", "u32", "q_stride_s_bytes"),
-        ("Ts", "u32", "q_stride_s_bytes", tile_q),   # one Q tile of rows, in bytes
-        ("Hs", "u32", "q_stride_h_bytes"),
-        ("Bs", "u32", "q_stride_b_bytes"),
-        ("gqa", "u32", "gqa_ratio"),
-        ("k_Seqs", "u32", "k_stride_s_bytes"), ("k_Hs", "u32", "k_stride_h_bytes"),
-        ("k_Bs", "u32", "k_stride_b_bytes"),
-        ("msk_opt", "u32", "aiter_causal_opt" if causal else "const:5"),
-        ("lse", "u32", "const:1"),                   # store LSE: the backward needs it
-        ("kv_seq_len", "u32", "Sk"),
-        ("qk_head_dim", "u32", "D"), ("v_head_dim", "u32", "D"),
-        ("q_head_num", "u32", "Hq"),
-        ("v_Seqs", "u32", "v_stride_s_bytes"), ("v_Hs", "u32", "v_stride_h_bytes"),
-        ("v_Bs", "u32", "v_stride_b_bytes"),
-        ("r_Seqs", "u32", "o_stride_s_bytes"), ("r_Hs", "u32", "o_stride_h_bytes"),
-        ("r_Bs", "u32", "o_stride_b_bytes"),
+        ("seq_len", "i32", "Sq"),
+        ("Seqs", "i32", "q_stride_s_bytes"),
+        ("Ts", "i32", f"q_stride_s_bytes*{tile_q}"),  # one Q tile of rows, in bytes
+        ("Hs", "i32", "q_stride_h_bytes"),
+        ("Bs", "i32", "q_stride_b_bytes"),
+        ("gqa", "i32", "Hq_per_Hkv"),
+        ("k_Seqs", "i32", "k_stride_s_bytes"), ("k_Hs", "i32", "k_stride_h_bytes"),
+        ("k_Bs", "i32", "k_stride_b_bytes"),
+        ("msk_opt", "i32", f"const:{MASK_OPT}"),
+        ("lse", "i32", "const:1"),                   # store LSE: the backward needs it
+        ("kv_seq_len", "i32", "Sk"),
+        ("qk_head_dim", "i32", "D"), ("v_head_dim", "i32", "D"),
+        ("q_head_num", "i32", "Hq"),
+        ("v_Seqs", "i32", "v_stride_s_bytes"), ("v_Hs", "i32", "v_stride_h_bytes"),
+        ("v_Bs", "i32", "v_stride_b_bytes"),
+        ("r_Seqs", "i32", "o_stride_s_bytes"), ("r_Hs", "i32", "o_stride_h_bytes"),
+        ("r_Bs", "i32", "o_stride_b_bytes"),
         ("ptr_qseq", "ptr", "const:0"), ("ptr_kseq", "ptr", "const:0"),   # group mode only
-        ("lse_Hs", "u32", "lse_stride_h_bytes"),     # LSE's batch stride is implied: Hq * lse_Hs
+        ("lse_Hs", "i32", "lse_stride_h_bytes"),     # LSE's batch stride is implied: Hq * lse_Hs
         ("ptr_qseq_padding", "ptr", "const:0"), ("ptr_kseq_padding", "ptr", "const:0"),
     ]
     return KernargLayout(f"fmha_fwd_v3_args{'_causal' if causal else ''}", 32 * 16,
@@ -132,10 +124,10 @@ def bwd_genl_layout() -> KernargLayout:
     """fmha_bwd_v3_genl_args (csrc/include/mha_bwd.h): nine bare pointers, then 32-bit values
     each followed by 4 bytes of padding (8-byte slots); every tensor has its own strides."""
     values = [
-        ("scalar", "f32", "sm_scale"), ("log2e", "f32", "const:log2e"),
-        ("ratio", "u32", "gqa_ratio"),
-        ("seqlen_q", "u32", "Sq"), ("seqlen_k", "u32", "Sk"), ("head_dim", "u32", "D"),
-        ("nhead_q", "u32", "Hq"),    # with Sq and D it addresses lse/delta and dq_acc
+        ("scalar", "f32", "sm_scale"), ("log2e", "f32", LOG2E_WORD),
+        ("ratio", "i32", "Hq_per_Hkv"),
+        ("seqlen_q", "i32", "Sq"), ("seqlen_k", "i32", "Sk"), ("head_dim", "i32", "D"),
+        ("nhead_q", "i32", "Hq"),    # with Sq and D it addresses lse/delta and dq_acc
         *_strides("q", "q"), *_strides("k", "k"), *_strides("v", "v"),
         *_strides("do", "do"), *_strides("dk", "dk"), *_strides("dv", "dv"),
     ]
@@ -147,27 +139,27 @@ def bwd_genl_layout() -> KernargLayout:
 def bwd_gfx950_layout(tile_kv: int) -> KernargLayout:
     """fmha_bwd_v3_args_gfx950 (hsa/gfx950/fmha_v3_bwd/codegen.py): 44 slots of 16 bytes."""
     entries = _BWD_POINTERS + [
-        ("scalar", "f32", "sm_scale"), ("log2e", "f32", "const:log2e"),
-        ("seqlen_q", "u32", "Sq"),
-        ("Ts", "u32", "k_stride_s_bytes", tile_kv),   # one KV tile of rows, in bytes
+        ("scalar", "f32", "sm_scale"), ("log2e", "f32", LOG2E_WORD),
+        ("seqlen_q", "i32", "Sq"),
+        ("Ts", "i32", f"k_stride_s_bytes*{tile_kv}"),   # one KV tile of rows, in bytes
         *_strides("q", "q"),
-        ("ratio", "u32", "gqa_ratio"),
+        ("ratio", "i32", "Hq_per_Hkv"),
         *_strides("k", "k"),
-        ("Seqs_dk", "u32", "dk_stride_s_bytes"),
-        ("seqlen_k", "u32", "Sk"),
-        ("head_dim_q", "u32", "D"),
-        ("head_dim_k", "u32", "D"),   # the struct calls it head_dim_v; the metadata head_dim_k
-        ("nhead_q", "u32", "Hq"),
+        ("Seqs_dk", "i32", "dk_stride_s_bytes"),
+        ("seqlen_k", "i32", "Sk"),
+        ("head_dim_q", "i32", "D"),
+        ("head_dim_k", "i32", "D"),   # the struct calls it head_dim_v; the metadata head_dim_k
+        ("nhead_q", "i32", "Hq"),
         *_strides("v", "v"), *_strides("do", "do"),
         *_strides("dk", "dk", axes=("h", "b")), *_strides("dv", "dv"),
-        ("Hs_lsed", "u32", "lse_stride_h_bytes"),
+        ("Hs_lsed", "i32", "lse_stride_h_bytes"),
         # Group-mode sequence-start pointers. The C struct holds 8-byte pointers here; the code
         # object's metadata declares 4-byte values. Batch mode passes null, so the slot is zero
         # either way; the table follows the code object.
-        ("ptr_seqstart_q", "u32", "const:0"), ("ptr_seqstart_k", "u32", "const:0"),
-        ("ptr_seqstart_q_padded", "u32", "const:0"), ("ptr_seqstart_k_padded", "u32", "const:0"),
-        ("max_seq_len_dq", "u32", "Sq"),              # batch mode: max_seqlen_q == Sq
-        ("mask_x", "u32", "const:0"), ("mask_y", "u32", "const:0"),   # sliding window only
+        ("ptr_seqstart_q", "i32", "const:0"), ("ptr_seqstart_k", "i32", "const:0"),
+        ("ptr_seqstart_q_padded", "i32", "const:0"), ("ptr_seqstart_k_padded", "i32", "const:0"),
+        ("max_seq_len_dq", "i32", "Sq"),              # batch mode: max_seqlen_q == Sq
+        ("mask_x", "i32", "const:0"), ("mask_y", "i32", "const:0"),   # sliding window only
     ]
     return KernargLayout("fmha_bwd_v3_args_gfx950", len(entries) * 16,
                          tuple(_slots(entries, 16)),
@@ -180,7 +172,58 @@ def bwd_gfx950_layout(tile_kv: int) -> KernargLayout:
 # How AITER picks a gfx942 forward build (hsa/gfx942/fmha_v3_fwd/codegen.py, the kernel's
 # constructor): hipDeviceProp_t::multiProcessorCount 304 -> MI300/, 80 or 64 -> MI308/; any
 # other count loads nothing. The gfx942 backward and everything on gfx950 has one build.
-CU_VARIANTS = {"MI300": (304,), "MI308": (80, 64), "any": ()}
+CU_VARIANTS = {"MI300": (304,), "MI308": (80, 64), "single": ()}
+CU_VARIANT_GPUS = {"MI300": "the MI300X/MI325X build: needs a 304-CU device",
+                   "MI308": "the MI308X build: needs an 80- or 64-CU device"}
+
+# sha256 of every shipped member, as the pinned wheel's RECORD lists it (checked again when
+# the object is read, and by the prebuilt backend against this pin).
+MEMBER_SHA256 = {
+    "gfx942/fmha_v3_fwd/MI300/fwd_hd128_bf16_rtne.co":
+        "074f06acd281efa21ccaa231daff109162861c5d91d3b095ea00c80bd3e68b9e",
+    "gfx942/fmha_v3_fwd/MI300/fwd_hd128_bf16_causal_rtne.co":
+        "ed4ba4b8d2bc737e313ebc675ac8fbe5beefe2a1d5dece7b0af22ef967c50145",
+    "gfx942/fmha_v3_fwd/MI308/fwd_hd128_bf16_rtne.co":
+        "0d637c24bca4fc777f9d55657c740875904091b59199ca2dc211df04f9d6e257",
+    "gfx942/fmha_v3_fwd/MI308/fwd_hd128_bf16_causal_rtne.co":
+        "d55431f40157e705064908602e5edb055d671d0483c9717fb832640719d2a523",
+    "gfx950/fmha_v3_fwd/fwd_hd128_bf16.co":
+        "0db3e1b8fbd078c628f79dccf0641129cc0d14b18e3273733f384c0427250183",
+    "gfx950/fmha_v3_fwd/fwd_hd128_bf16_causal.co":
+        "bb2ba1c81baec331fc1a5fc7e7b16a0e773131e368baf3624a2ca0a2ac543000",
+    "gfx942/fmha_v3_bwd/bwd_hd64_fp16_a32_pssk.co":
+        "3645da26cb50f497b2e9f24bda5e6990f1f5c573c2437c441e0cabab8a214eb0",
+    "gfx942/fmha_v3_bwd/bwd_hd64_fp16_causal_a32_pssk.co":
+        "48cee171832044a4139ba55d96c5b138df22f69820c2bc18abcf207aa45b852a",
+    "gfx942/fmha_v3_bwd/bwd_hd64_bf16_a32_rtne_pssk.co":
+        "54609c2d3864d5013c98ae0649ed0f5492db37255a6c9fb6bf2ff1ea36b18565",
+    "gfx942/fmha_v3_bwd/bwd_hd64_bf16_causal_a32_rtne_pssk.co":
+        "c1659c003062ac1d66f67a9e3dc07ded306785ec35c039f90279e3f2ac469c67",
+    "gfx942/fmha_v3_bwd/bwd_hd128_fp16_a32_psskddv.co":
+        "e07c2ff29b56249b454e831387eded54dc99545166fc52157be7b9451c7fe93b",
+    "gfx942/fmha_v3_bwd/bwd_hd128_fp16_causal_a32_psskddv.co":
+        "8b6b8cc4a280b8f5cd1f9cbc7ba8777605e374b1c9a93cd214806af8c39866e6",
+    "gfx942/fmha_v3_bwd/bwd_hd128_bf16_a32_rtne_psskddv.co":
+        "3ada70c67ddaec9c0559450b9c833d3d5280be918628dccfb68ceec95f900f37",
+    "gfx942/fmha_v3_bwd/bwd_hd128_bf16_causal_a32_rtne_psskddv.co":
+        "dc8572e63260f23c1c479379ba93d643e93c0f91cca14be6bb278ab8d001bd0c",
+    "gfx942/fmha_v3_bwd/bwd_hd192_fp16_a32_psskddv.co":
+        "4b4b96964c514b31b6876097c4d89d73a7db099fbe44f19a8729b40f2e87a1c5",
+    "gfx942/fmha_v3_bwd/bwd_hd192_fp16_causal_a32_psskddv.co":
+        "808c4455d2b2f0b70e881a9662de0629077172b5f70c23c800b88390303956aa",
+    "gfx942/fmha_v3_bwd/bwd_hd192_bf16_a32_rtne_psskddv.co":
+        "c1b93eff92154cfada913df5bd6dccccecfef9306421c4afce5e78e58950c96e",
+    "gfx942/fmha_v3_bwd/bwd_hd192_bf16_causal_a32_rtne_psskddv.co":
+        "6131cd318f04365f461f724f9af2ceb768ec948d34753262166394787e240d17",
+    "gfx950/fmha_v3_bwd/bwd_hd128_fp16_a32_psskddv.co":
+        "80e6fd8862e0398ab714cfa6c09de1f25ec187b8406774471cd6f8286d926126",
+    "gfx950/fmha_v3_bwd/bwd_hd128_fp16_causal_a32_psskddv.co":
+        "af81b958a471caa358fce61749ec4fa1e660a9ce6d40647e265f9ab62c50152e",
+    "gfx950/fmha_v3_bwd/bwd_hd128_bf16_a32_psskddv.co":
+        "93728df7751c1ac50e771b8e3b2d0f8678da677562347d1421de788dc60d74b2",
+    "gfx950/fmha_v3_bwd/bwd_hd128_bf16_causal_a32_psskddv.co":
+        "68bc0945e45bf8f557384efa734d6d8e928e566c29ad618c1ba90c04bb4a7aaa",
+}
 
 
 @dataclass(frozen=True)
@@ -205,15 +248,42 @@ class CodeObject:
         return CU_VARIANTS[self.cu_variant]
 
     @property
+    def sha256(self) -> str:
+        return MEMBER_SHA256[self.member[len(HSA_ROOT) + 1:]]
+
+    @property
     def name(self) -> str:
         dims = "-".join(f"d{d}" for d in self.head_dims)
-        variant = "" if self.cu_variant == "any" else f"-{self.cu_variant}"
+        variant = "" if self.cu_variant == "single" else f"-{self.cu_variant}"
         return (f"aiter_asm/{self.op}/{self.dtype}-{dims}-{'causal' if self.causal else 'full'}"
                 f"/{self.arch}{variant}")
 
+    @property
+    def requires(self) -> tuple[Requirement, ...]:
+        """What a problem must meet beyond the functional key, checked by the runtime before
+        it chooses the kernel (it answers UNSUPPORTED with the `why`, and PyTorch falls back).
+        Sizes, GQA divisibility and 32-bit slot overflow are the runtime's generic checks."""
+        out = []
+        if self.mask_alignment == "bottom_right":
+            out.append(Requirement("Sq", "==", "Sk", "bottom-right causal mask: F.sdpa's "
+                                   "top-left mask is the same only when Sq == Sk"))
+        if self.op == "fwd" and self.causal:
+            why = (f"AITER runs this masked forward with tune_opt {MASK_OPT} only then, the "
+                   "schedule attnpack ships")
+            out += [Requirement("Hq", "multiple_of", 8, why), Requirement("Sq", "<=", 16384, why)]
+        if self.op == "bwd":
+            out.append(Requirement("Hq_per_Hkv", "==", 1, "MHA only: the kernel writes dK and "
+                                   "dV per query head; a GQA sum is not built"))
+        if self.cu_counts:
+            counts = self.cu_counts
+            out.append(Requirement("num_sms", "==", counts[0], CU_VARIANT_GPUS[self.cu_variant])
+                       if len(counts) == 1 else
+                       Requirement("num_sms", "in", counts, CU_VARIANT_GPUS[self.cu_variant]))
+        return tuple(out)
+
 
 def _fwd(arch: str, cu_variant: str, causal: bool) -> CodeObject:
-    folder = f"{arch}/fmha_v3_fwd" + ("" if cu_variant == "any" else f"/{cu_variant}")
+    folder = f"{arch}/fmha_v3_fwd" + ("" if cu_variant == "single" else f"/{cu_variant}")
     # gfx942 has three bf16 rounding builds; gfx950 converts in hardware (one build).
     rtne = "_rtne" if arch == "gfx942" else ""
     stem = f"fmha_fwd_hd128_bf16{'_causal' if causal else ''}{rtne}"
@@ -251,7 +321,7 @@ def _bwd(arch: str, dtype: str, head_dim: int, causal: bool) -> CodeObject:
     return CodeObject(
         arch=arch, op="bwd", member=f"{HSA_ROOT}/{arch}/fmha_v3_bwd/{stem[len('fmha_'):]}.co",
         symbol=f"_ZN5aiter{len(stem)}{stem}E", dtype=dtype, head_dims=_BWD_HEAD_DIMS[head_dim],
-        causal=causal, mask_alignment="top_left" if causal else None, cu_variant="any",
+        causal=causal, mask_alignment="top_left" if causal else None, cu_variant="single",
         layout=layout, block=256, tile=tile_kv,
         grid=((("Sk", rows),), (("Hq", 1),), (("B", 1),)),
         rounding=("round to nearest even" if rtne else
@@ -260,7 +330,7 @@ def _bwd(arch: str, dtype: str, head_dim: int, causal: bool) -> CodeObject:
 
 CODE_OBJECTS: tuple[CodeObject, ...] = (
     *(_fwd("gfx942", v, c) for v in ("MI300", "MI308") for c in (False, True)),
-    *(_fwd("gfx950", "any", c) for c in (False, True)),
+    *(_fwd("gfx950", "single", c) for c in (False, True)),
     *(_bwd("gfx942", t, d, c) for d in (64, 128, 192) for t in ("fp16", "bf16")
       for c in (False, True)),
     *(_bwd("gfx950", t, 128, c) for t in ("fp16", "bf16") for c in (False, True)),
@@ -270,6 +340,13 @@ CODE_OBJECTS: tuple[CodeObject, ...] = (
 def code_objects(arch: str | None = None, op: str | None = None) -> list[CodeObject]:
     return [o for o in CODE_OBJECTS if (arch is None or o.arch == arch)
             and (op is None or o.op == op)]
+
+
+def find(arch: str, op: str, dtype: str, head_dim: int, causal: bool,
+         cu_variant: str) -> CodeObject | None:
+    """The code object serving one functional key with one CU build, if any."""
+    return next((o for o in CODE_OBJECTS if (o.arch, o.op, o.dtype, o.causal, o.cu_variant)
+                 == (arch, op, dtype, causal, cu_variant) and head_dim in o.head_dims), None)
 
 
 # Why each other fmha_v3 code object of the wheel is not shipped. First match wins.
@@ -320,121 +397,3 @@ BWD_SEQUENCE = (
             "natural-log LSE [B, Hq, Sq] and delta, both float32"),
     ("convert_dq", "glue.aiter_bwd_convert_dq: dq = dq_acc rounded to the problem's dtype"),
 )
-
-
-# ---------------------------------------------------------------------------------------------
-# What a launch needs from the problem, in Python: the reference for the runtime's packing
-# and its checks before launching.
-
-@dataclass(frozen=True)
-class Problem:
-    B: int
-    Hq: int
-    Hkv: int
-    Sq: int
-    Sk: int
-    D: int
-    dtype: str
-    causal: bool
-    sm_scale: float
-    strides: Mapping[str, int]                 # "<t>_stride_<b|h|s>" in elements
-    pointers: Mapping[str, int] = field(default_factory=dict)
-    cu_count: int = 0                           # the device's compute units (0: not known)
-
-    @classmethod
-    def contiguous(cls, B, Hq, Hkv, Sq, Sk, D, dtype="bf16", causal=False, sm_scale=None,
-                   layout="bhsd", **kw) -> "Problem":
-        """Tensors laid out [B, H, S, D] ("bhsd") or [B, S, H, D] ("bshd"), last dim dense."""
-        strides = {}
-        for t in STRIDE_TENSORS:
-            h, s = (Hkv, Sk) if t in ("k", "v", "dk", "dv") else (Hq, Sq)
-            if layout == "bhsd":
-                st = {"b": h * s * D, "h": s * D, "s": D}
-            else:
-                st = {"b": s * h * D, "h": D, "s": h * D}
-            strides.update({f"{t}_stride_{a}": v for a, v in st.items()})
-        return cls(B, Hq, Hkv, Sq, Sk, D, dtype, causal,
-                   1 / math.sqrt(D) if sm_scale is None else sm_scale, strides, **kw)
-
-
-def word_value(word: str, p: Problem):
-    if word.startswith("const:"):
-        return LOG2E if word == "const:log2e" else int(word[len("const:"):])
-    if word in ("B", "Hq", "Hkv", "Sq", "Sk", "D"):
-        return getattr(p, word)
-    if word == "sm_scale":
-        return p.sm_scale
-    if word == "lse_stride_h_bytes":
-        return p.Sq * 4
-    if word.endswith("_bytes") and "_stride_" in word:
-        return p.strides[word[:-len("_bytes")]] * ELEMENT_BYTES[p.dtype]
-    if word == "gqa_ratio":
-        return p.Hq // p.Hkv
-    if word == "aiter_causal_opt":
-        return 3 if p.Hq % 8 != 0 or p.Sq > 16384 else 5
-    if word in NEW_WORDS or word in EXISTING_WORDS:    # pointers
-        return p.pointers.get(word, 0)
-    raise KeyError(f"'{word}' is not a launch word of the aiter_asm family")
-
-
-def unsupported_reason(obj: CodeObject, p: Problem) -> str | None:
-    """Why this code object cannot serve the problem (None: it can). The runtime makes the
-    same checks before launching and answers UNSUPPORTED with the reason."""
-    if p.dtype != obj.dtype:
-        return f"{obj.name}: dtype {p.dtype}, this build takes {obj.dtype}"
-    if p.D not in obj.head_dims:
-        return f"{obj.name}: head dim {p.D}, this build serves {obj.head_dims}"
-    if p.causal != obj.causal:
-        return f"{obj.name}: causal={p.causal}, this build is causal={obj.causal}"
-    if min(p.B, p.Hq, p.Hkv, p.Sq, p.Sk) < 1:
-        return f"{obj.name}: empty problem (B, Hq, Hkv, Sq, Sk must all be >= 1)"
-    if p.Hq % p.Hkv:
-        return f"{obj.name}: Hq {p.Hq} is not a multiple of Hkv {p.Hkv}"
-    if obj.op == "bwd" and p.Hq != p.Hkv:
-        # The kernel writes dK/dV per q head; GQA needs [B, Sk, Hq, D] dK/dV buffers and a
-        # sum over each group afterwards, which this family does not build.
-        return f"{obj.name}: GQA backward (Hq {p.Hq} != Hkv {p.Hkv}) is not built"
-    if p.causal and obj.mask_alignment == "bottom_right" and p.Sq != p.Sk:
-        return (f"{obj.name}: causal with Sq {p.Sq} != Sk {p.Sk}; this kernel's mask is "
-                "bottom-right aligned, F.sdpa's top-left")
-    if obj.cu_counts and p.cu_count not in obj.cu_counts:
-        return (f"{obj.name}: a {obj.arch} device with {p.cu_count} compute units; this build "
-                f"is for {obj.cu_counts} ({obj.cu_variant})")
-    if not (p.sm_scale > 0 and math.isfinite(p.sm_scale)):
-        return f"{obj.name}: softmax scale {p.sm_scale} (must be finite and > 0)"
-    for f in obj.layout.fields:
-        if f.wire != "u32":
-            continue
-        value = word_value(f.word, p) * f.scale
-        if not 0 <= value <= U32_MAX:
-            what = f.word if f.scale == 1 else f"{f.scale} * {f.word}"
-            return f"{obj.name}: {what} = {value} does not fit the 32-bit slot {f.aiter_name}"
-    return None
-
-
-def pack_kernargs(obj: CodeObject, p: Problem) -> bytes:
-    """The argument buffer exactly as the kernel reads it; padding is zero."""
-    reason = unsupported_reason(obj, p)
-    if reason:
-        raise ValueError(reason)
-    buf = bytearray(obj.layout.size)
-    for f in obj.layout.fields:
-        value = word_value(f.word, p)
-        fmt = {"ptr": "<Q", "u32": "<I", "f32": "<f"}[f.wire]
-        struct.pack_into(fmt, buf, f.offset, value * f.scale if f.wire != "f32" else value)
-    return bytes(buf)
-
-
-def grid_of(obj: CodeObject, p: Problem) -> tuple[int, int, int]:
-    return tuple(math.prod(-(-getattr(p, var) // d) for var, d in dim) for dim in obj.grid)
-
-
-def select(arch: str, op: str, p: Problem) -> tuple[CodeObject | None, list[str]]:
-    """The code object serving the problem on this arch, or None and every refusal reason."""
-    reasons = []
-    for obj in code_objects(arch, op):
-        reason = unsupported_reason(obj, p)
-        if reason is None:
-            return obj, []
-        reasons.append(reason)
-    return None, reasons

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 
 PACKAGE = "amd-aiter"
@@ -40,10 +41,7 @@ class AiterSourceError(RuntimeError):
 
 def _default_cache_dir() -> Path:
     # One cache rule for the whole builder (ATTNPACK_CACHE_DIR, XDG_CACHE_HOME, ~/.cache).
-    try:
-        from attnpack.builder import default_cache_dir  # after issue 12's rename
-    except ImportError:
-        from attnpack.build.builder import default_cache_dir
+    from attnpack.builder.build import default_cache_dir
     return Path(default_cache_dir())
 
 
@@ -171,6 +169,23 @@ class AiterWheel:
 
 def open_wheel(cache_dir: Path | None = None) -> AiterWheel:
     return AiterWheel(fetch_wheel(cache_dir))
+
+
+@dataclass(frozen=True)
+class WheelMember:
+    """One code object of the pinned wheel as the prebuilt backend's ObjectSource: `sha256`
+    pins its bytes, and the wheel is fetched (or taken from the cache) only when it is read,
+    so importing the family, planning a build or a compile-cache hit never downloads it."""
+    member: str
+    sha256: str
+
+    @property
+    def description(self) -> str:
+        return f"{WHEEL_NAME}:{self.member}"
+
+    def read(self) -> bytes:
+        with open_wheel() as wheel:
+            return wheel.read(self.member)
 
 
 def extract(wheel: AiterWheel, members: list[str], dest: Path) -> dict[str, str]:

@@ -15,11 +15,10 @@ from __future__ import annotations
 
 import struct
 
-from attnpack.archive.elf import AMDGPU_MACH, EM_AMDGPU, ElfError, kernel_facts
+from attnpack.archive.elf import ElfError, kernel_facts
+from attnpack.targets import EM_AMDGPU, target
 
 from .kernels import CodeObject
-
-LDS_BYTES = {"gfx942": 64 * 1024, "gfx950": 160 * 1024}
 ELFOSABI_AMDGPU_HSA = 64
 # e_ident[EI_ABIVERSION] for ELFOSABI_AMDGPU_HSA: 2, 3, 4 are code object v4, v5, v6.
 CODE_OBJECT_VERSIONS = {2: 4, 3: 5, 4: 6}
@@ -40,9 +39,9 @@ def check_code_object(obj: CodeObject, image: bytes) -> list[str]:
     if image[7] != ELFOSABI_AMDGPU_HSA or image[8] not in CODE_OBJECT_VERSIONS:
         problems.append(f"{where}: ELF OS ABI {image[7]} version {image[8]}, expected an HSA "
                         "code object v4-v6 (OS ABI 64, version 2-4)")
-    if mach != AMDGPU_MACH[obj.arch]:
+    if mach != target(obj.arch).elf_mach:
         problems.append(f"{where}: EF_AMDGPU_MACH {mach:#x}, {obj.arch} is "
-                        f"{AMDGPU_MACH[obj.arch]:#x}")
+                        f"{target(obj.arch).elf_mach:#x}")
     try:
         facts = kernel_facts(image, obj.symbol)
     except ElfError as e:
@@ -63,9 +62,9 @@ def check_code_object(obj: CodeObject, image: bytes) -> list[str]:
         problems.append(f"{where}: wavefront size {res['wavefront_size']}, expected 64")
     if res["scratch_bytes"]:
         problems.append(f"{where}: {res['scratch_bytes']} bytes of scratch")
-    if res["lds_bytes"] > LDS_BYTES[obj.arch]:
-        problems.append(f"{where}: {res['lds_bytes']} bytes of LDS > {obj.arch}'s "
-                        f"{LDS_BYTES[obj.arch]}")
+    lds = target(obj.arch).shared_bytes
+    if res["lds_bytes"] > lds:
+        problems.append(f"{where}: {res['lds_bytes']} bytes of LDS > {obj.arch}'s {lds}")
     return problems
 
 

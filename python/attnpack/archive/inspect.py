@@ -48,7 +48,9 @@ def render(summary: dict) -> str:
     for name, fam in sorted(s["families"].items()):
         prov = fam["provenance"]
         lines.append(f"family {name}: {fam['backend']} backend, default priority "
-                     f"{fam['priority']}, {prov['license']} licence, {prov['origin']}")
+                     f"{fam['priority']}, {prov['license']} licence, {prov['origin']}"
+                     + (f"; notice of {len(fam['notice'].splitlines())} lines "
+                        "(attnpack inspect --notice)" if "notice" in fam else ""))
     lines.append("")
     selected = {sel["kernel"] for sel in s["selection"]}
     header = f"{'family':8} {'op':4} {'dtype':5} {'hd':>4} {'causal':6} {'steps':>5} " \

@@ -42,9 +42,10 @@ def _check_index(ar: Archive) -> list[str]:
             problems.append(f"{where}: dtype {key['dtype']!r} is not one of {abi.DTYPES}")
         ws = tuple(w["name"] for w in k["workspace"])
         for w in k["workspace"]:
-            bad = [s for s in w["shape"] if s not in abi.SIZES]
+            bad = [s for s in w["shape"] if s not in abi.WORKSPACE_SIZES]
             if bad:
                 problems.append(f"{where}: workspace {w['name']} has unknown size words {bad}")
+        problems += [f"{where}: {p}" for p in _check_requires(k.get("requires", []))]
         if not k["steps"]:
             problems.append(f"{where}: no launch steps")
         for s in k["steps"]:
@@ -81,6 +82,22 @@ def _check_index(ar: Archive) -> list[str]:
     return problems
 
 
+def _check_requires(records) -> list[str]:
+    """Each requirement is [word, op, operand, why] the runtime can evaluate (abi.Requirement)."""
+    if not isinstance(records, list):
+        return ["`requires` is not an array"]
+    problems = []
+    for record in records:
+        if not isinstance(record, list) or len(record) != 4:
+            problems.append(f"requirement {record!r} is not [word, op, operand, why]")
+            continue
+        try:
+            abi.Requirement.of(record)
+        except (ValueError, TypeError) as e:
+            problems.append(str(e))
+    return problems
+
+
 def _check_families(ar: Archive) -> list[str]:
     """Each family's policy is complete, and the compilers its backend used are recorded."""
     problems = []
@@ -94,6 +111,8 @@ def _check_families(ar: Archive) -> list[str]:
         missing = [k for k in ("license", "origin") if not prov.get(k)]
         if missing:
             problems.append(f"{where}: provenance lacks {missing}")
+        if "notice" in fam and not (isinstance(fam["notice"], str) and fam["notice"].strip()):
+            problems.append(f"{where}: `notice` is not a text")
         for c in fam.get("compilers", []):
             if not ar.meta.get("compilers", {}).get(c):
                 problems.append(f"meta: the {c} compiler version is not recorded "
@@ -126,6 +145,14 @@ def _check_params(step: dict, ws: tuple[str, ...]) -> list[str]:
             continue
         if typ not in allowed:
             problems.append(f"param {word} has type {typ}, the vocabulary allows {allowed}")
+        elif word not in ws and not abi.parse(word).fits(typ):
+            problems.append(f"param {word} does not fit its type {typ}")
+    for span in step.get("padding", []):
+        if not (isinstance(span, list) and len(span) == 2 and all(isinstance(v, int) and v >= 0
+                                                                  for v in span)):
+            problems.append(f"padding {span!r} is not [offset, size]")
+            continue
+        spans.append((span[0], span[0] + span[1], "padding"))
     spans.sort()
     for (a0, a1, aw), (b0, _, bw) in zip(spans, spans[1:]):
         if a1 > b0:
@@ -216,11 +243,18 @@ def _check_image(ar: Archive, i: int, steps: list[dict], warnings: list[str]) ->
     for s in steps:
         spec = [(p[3], abi.WIRE_SIZE.get(p[1], 0)) for p in s["params"] if len(p) == 4]
         # CUDA launches with one pointer per parameter, in order, so the list must be the
-        # image's, whole; an AMD object that lists its arguments must list exactly these. An
-        # object that lists none (hand-written assembly) is checked by its segment size.
-        if (facts.machine == "cuda" or facts.params) and spec != facts.params:
+        # image's, whole; an AMD object that lists its arguments must list exactly these plus
+        # the padding the step records (left zero). An object that lists none (hand-written
+        # assembly) is checked by its segment size.
+        padding = [tuple(p) for p in s.get("padding", []) if isinstance(p, list) and len(p) == 2]
+        if facts.machine == "cuda" and (spec != facts.params or padding):
             problems.append(f"{where}: ELF parameters (offset, size) {facts.params} disagree "
-                            f"with the launch spec's {spec}")
+                            f"with the launch spec's {spec}"
+                            + (f" and padding {padding}" if padding else ""))
+        elif facts.params and sorted(spec + padding) != sorted(facts.params):
+            problems.append(f"{where}: ELF parameters (offset, size) {facts.params} disagree "
+                            f"with the launch spec's {spec}"
+                            + (f" and padding {padding}" if padding else ""))
         if facts.kernarg_size != s["kernarg_size"]:
             problems.append(f"{where}: ELF kernarg size {facts.kernarg_size} != launch spec "
                             f"{s['kernarg_size']}")

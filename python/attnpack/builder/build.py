@@ -156,12 +156,20 @@ def build_archives(req: BuildRequest, progress: Callable[[int, str], Callable[[i
         kernels = [{"name": v.name, "family": v.family, "op": v.op, "key": v.key.as_dict(),
                     "config": dict(v.config), "deterministic": v.deterministic,
                     "steps": steps_of[v.name],
-                    "workspace": [{"name": w.name, "shape": list(w.shape)} for w in v.workspace]}
+                    "workspace": [{"name": w.name, "shape": list(w.shape)} for w in v.workspace],
+                    # only where declared: format 2.1's one kernel field (docs/ARCHIVE.md)
+                    **({"requires": [r.record() for r in v.requires]} if v.requires else {})}
                    for v in variants]
         selection = [{"op": v.op, **v.key.as_dict(), "kernel": v.name} for v in defaults]
-        fams = {v.family: families[v.family].policy() for v in variants}
+        used: dict[str, set[str]] = {}
+        for v in variants:
+            used.setdefault(v.family, set()).update(v.backends)
+        try:
+            fams = {name: families[name].policy(tuple(sorted(b))) for name, b in used.items()}
+        except (OSError, RuntimeError, ValueError) as e:  # a notice that needs its source
+            raise BuildError(f"{arch}: a family's policy or notice: {e}") from None
         compilers = {}
-        for name in sorted({v.backend for v in variants}):
+        for name in sorted(set().union(*used.values())):
             compilers.update(backend(name).versions())
         path = req.out_dir / archive_filename(__version__, arch)
         names = {v.name for v in variants}

@@ -32,9 +32,14 @@ class CompileJob:
         return f"{self.variant.arch}:{self.variant.name}:{self.step.name}"
 
     @property
+    def backend_name(self) -> str:
+        """The step's own backend if it names one (Step.backend), else its family's."""
+        return self.step.backend or self.variant.backend
+
+    @property
     def backend(self):
         from attnpack.builder.backends import backend
-        return backend(self.variant.backend)
+        return backend(self.backend_name)
 
     def cache_key(self) -> str:
         return self.backend.cache_key(self)
@@ -53,7 +58,7 @@ class CompiledStep:
 def _compile(job: CompileJob) -> CompiledStep:
     out = job.backend.compile(job)
     if not out.image:
-        raise RuntimeError(f"the {job.variant.backend} backend produced an empty {out.kind}")
+        raise RuntimeError(f"the {job.backend_name} backend produced an empty {out.kind}")
     return out
 
 

@@ -1,9 +1,11 @@
 #include "recording_driver.hpp"
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
+#include "../error.hpp"
 #include "../json.hpp"
 #include "../sha256.hpp"
 
@@ -30,6 +32,19 @@ std::string tensormap_json(const TensorMapEncode& e) {
 
 }  // namespace
 
+RecordingDriver::RecordingDriver(std::string arch, uint32_t max_shared)
+    : arch_(std::move(arch)), max_shared_(max_shared) {
+  if (const char* text = std::getenv(kNumSmsVariable); text && *text) {
+    char* end = nullptr;
+    const long long count = std::strtoll(text, &end, 10);
+    if (*end != '\0' || count < 1 || count > 100000) {
+      fail(ATTNPACK_STATUS_INVALID_ARGUMENT, std::string(kNumSmsVariable) + "=" + text +
+                                                 " is not a multiprocessor count (1..100000); unset it for 132");
+    }
+    num_sms_ = count;
+  }
+}
+
 void RecordingDriver::set_thread_device(int32_t device) { thread_device = device; }
 
 ContextKey RecordingDriver::current_context() { return ContextKey(thread_device) + 1; }
@@ -37,9 +52,9 @@ ContextKey RecordingDriver::current_context() { return ContextKey(thread_device)
 DeviceInfo RecordingDriver::device_info() {
   DeviceInfo info;
   info.arch = arch_;
-  info.num_sms = kNumSms;
+  info.num_sms = num_sms_;
   info.max_shared_per_block = max_shared_;
-  info.description = "recording driver (no GPU; " + arch_ + ", " + std::to_string(kNumSms) + " SMs, device " +
+  info.description = "recording driver (no GPU; " + arch_ + ", " + std::to_string(num_sms_) + " SMs, device " +
                      std::to_string(thread_device) + ")";
   return info;
 }

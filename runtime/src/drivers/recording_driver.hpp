@@ -3,6 +3,8 @@
 // tensor maps encoded for it). With it the whole launch path runs on a machine without a GPU.
 // It pretends to have any number of devices of one arch: each thread has a current device
 // (0 until set_thread_device), and each device is its own context, as on a multi-GPU machine.
+// Each has 132 multiprocessors (an H200), or $ATTNPACK_RECORDING_NUM_SMS as the bundle is
+// opened (a 304-CU MI300X, say, for kernels that require a CU count).
 #pragma once
 
 #include <deque>
@@ -17,10 +19,12 @@ namespace attnpack {
 class RecordingDriver final : public Driver {
  public:
   static constexpr int64_t kNumSms = 132;  // it pretends to be an H200
+  static constexpr const char* kNumSmsVariable = "ATTNPACK_RECORDING_NUM_SMS";
   static constexpr size_t kKeptLaunches = 256;
 
   // `max_shared` is the target's shared memory / LDS per block, from the archive's meta.
-  RecordingDriver(std::string arch, uint32_t max_shared) : arch_(std::move(arch)), max_shared_(max_shared) {}
+  // Throws INVALID_ARGUMENT when $ATTNPACK_RECORDING_NUM_SMS is set but not a count.
+  RecordingDriver(std::string arch, uint32_t max_shared);
 
   const char* name() const override { return "recording"; }
   // The calling thread's pretend device, for every recording driver (cudaSetDevice's analogue).
@@ -52,6 +56,7 @@ class RecordingDriver final : public Driver {
 
   std::string arch_;
   uint32_t max_shared_ = 0;
+  int64_t num_sms_ = kNumSms;
   std::mutex mutex_;
   std::deque<Launch> launches_;
   std::vector<std::string> loaded_;  // "symbol sha256" per module load

@@ -6,6 +6,11 @@ parameter word with its wire type and byte offset, and the buffer's size. Nothin
 At build time the object's own metadata (AMD NT_AMDGPU_METADATA `.args` and
 `.kernarg_segment_size`, CUDA .nv.info) is read and every declared offset and size is
 checked against it, never guessed. Vendor assembly (AITER) comes in this way.
+
+Hand-written AMD objects may list padding among their arguments (AITER names each filler slot
+"pad"). A kernel names those (`PrebuiltKernel.padding`): every listed argument must then be a
+declared field or padding, so a forgotten field fails the build; the step's record lists the
+padding spans (`padding`), which the runtime leaves zero and `attnpack verify` checks.
 """
 from __future__ import annotations
 
@@ -56,6 +61,7 @@ class Param:
     type: str            # wire type: ptr, i64, i32, f32
     offset: int          # bytes into the argument buffer
     divisibility: int = 1
+    name: str = ""       # the argument's name in the object's metadata, checked when given
 
 
 @dataclass(frozen=True)
@@ -66,6 +72,9 @@ class PrebuiltKernel:
     kernarg_size: int            # the whole argument buffer, padding included
     block: tuple[int, int, int]
     shared: int = 0              # dynamic shared memory / LDS beyond the object's static use
+    # Metadata names of the object's filler arguments (AMD). When set, every argument the
+    # object lists must be a declared field or one of these, and their spans are recorded.
+    padding: tuple[str, ...] = ()
 
 
 class PrebuiltError(ValueError):
@@ -78,6 +87,16 @@ def _kernel(job: CompileJob) -> PrebuiltKernel:
         raise TypeError(f"{job.label}: the prebuilt backend takes PrebuiltKernel steps, got "
                         f"{type(kernel).__name__}")
     return kernel
+
+
+def padding_spans(kernel: PrebuiltKernel, image: bytes) -> list[list[int]]:
+    """[offset, size] of each argument the object lists under a padding name (AMD)."""
+    if not kernel.padding:
+        return []
+    from attnpack.archive.elf import kernel_facts
+    facts = kernel_facts(image, kernel.symbol)
+    return [[off, size] for (off, size), name in zip(facts.params, facts.param_names)
+            if name in kernel.padding]
 
 
 def check_layout(job: CompileJob, image: bytes) -> None:
@@ -96,6 +115,15 @@ def check_layout(job: CompileJob, image: bytes) -> None:
     if facts.kernarg_size != kernel.kernarg_size:
         raise PrebuiltError(f"{where}: {kernel.symbol} declares a {facts.kernarg_size}-byte "
                             f"argument segment, the family says {kernel.kernarg_size}")
+    workspace = tuple(w.name for w in job.variant.workspace)
+    for p in kernel.params:
+        try:
+            allowed = abi.param_types(p.word, workspace)
+        except KeyError as e:
+            raise PrebuiltError(f"{where}: {e.args[0]}") from None
+        if p.type not in allowed or (p.word not in workspace and not abi.parse(p.word).fits(p.type)):
+            raise PrebuiltError(f"{where}: field {p.word} at byte {p.offset} is declared {p.type}; "
+                                f"the word takes {list(allowed)}")
     declared = [(p.offset, abi.WIRE_SIZE[p.type]) for p in kernel.params]
     if t.vendor == "nvidia" and declared != facts.params:
         # CUDA launches with one pointer per parameter, in order: the list must be complete.
@@ -109,6 +137,21 @@ def check_layout(job: CompileJob, image: bytes) -> None:
         if wrong:
             raise PrebuiltError(f"{where}: fields {wrong} (word, offset, size) are not arguments "
                                 f"of {kernel.symbol}, which lists {sorted(listed)}")
+        names = dict(zip(facts.params, facts.param_names))
+        misnamed = [(p.word, p.offset, p.name, names[(p.offset, abi.WIRE_SIZE[p.type])])
+                    for p in kernel.params
+                    if p.name and names.get((p.offset, abi.WIRE_SIZE[p.type])) != p.name]
+        if misnamed:
+            raise PrebuiltError(f"{where}: fields {misnamed} (word, offset, declared name, "
+                                f"{kernel.symbol}'s name) name other arguments")
+        if kernel.padding:
+            covered = set(declared)
+            missing = [(name, off, size) for (off, size), name in names.items()
+                       if (off, size) not in covered and name not in kernel.padding]
+            if missing:
+                raise PrebuiltError(f"{where}: {kernel.symbol} lists arguments {missing} (name, "
+                                    "offset, size) that are neither declared fields nor padding "
+                                    f"{list(kernel.padding)}")
     ends = sorted(declared)
     for (a_off, a_size), (b_off, _) in zip(ends, ends[1:]):
         if a_off + a_size > b_off:
@@ -146,7 +189,9 @@ class PrebuiltBackend:
     def launch_spec(self, job: CompileJob, compiled: CompiledStep) -> dict:
         kernel = _kernel(job)
         check_layout(job, compiled.image)  # a cached image is checked as a fresh one
+        padding = padding_spans(kernel, compiled.image)
         return {
+            **({"padding": padding} if padding else {}),
             "symbol": kernel.symbol,
             "params": [[p.word, p.type, p.divisibility, p.offset] for p in kernel.params],
             "kernarg_size": kernel.kernarg_size,
