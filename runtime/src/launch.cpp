@@ -239,6 +239,10 @@ std::string check_image(const Archive& archive, const StepRecord& step) {
   const uint64_t threads = uint64_t(step.block[0]) * step.block[1] * step.block[2];
   const uint64_t cluster_blocks = uint64_t(step.cluster[0]) * step.cluster[1] * step.cluster[2];
   if (threads > 1024) return "has more than 1024 threads per block";
+  if (step.shared > archive.target().shared_bytes) {
+    return "asks for " + std::to_string(step.shared) + " bytes of shared memory; " + archive.arch() +
+           " blocks have at most " + std::to_string(archive.target().shared_bytes);
+  }
   if (cluster_blocks > 16) return "has clusters of more than 16 blocks";
   if (hip && cluster_blocks != 1) return "declares clusters, which HIP does not launch";
   if (hip && !step.tensormaps.empty()) return "declares tensor maps, which are CUDA-only";

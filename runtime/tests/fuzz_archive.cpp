@@ -163,7 +163,10 @@ class Mutator {
                                             "tensormap", "q_desc", "q_stride_s", "q_stride_s_bytes", "D",
                                             "B", "Sk", "num_sms", "delta", "global_scratch", "cubin",
                                             "hsaco", "nvidia", "amd", "fwd", "bwd", "fp16", "bf16", "zero",
-                                            "nan", "triton", "toy/fwd/fp16-d32-full/x"};
+                                            "nan", "triton", "toy/fwd/fp16-d32-full/x", "const:0",
+                                            "const:-1", "const:1.5", "const:1e40", "Hq_per_Hkv",
+                                            "lse_stride_h_bytes", "q_stride_s_bytes*256", "Sq*0",
+                                            "==", "<=", "in", "multiple_of", "Sk", "Hq"};
         if (node.via.str.size > 0 && below(3) == 0) {
           node.via.str.size = uint32_t(below(node.via.str.size));
         } else if (below(8) == 0) {

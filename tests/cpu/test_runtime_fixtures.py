@@ -248,12 +248,34 @@ def build_fuzz_target(root: Path) -> Path:
     return build_archives(req)[0]
 
 
+def build_aiter_fuzz_target(root: Path) -> Path:
+    """The aiter_asm family's gfx950 forwards with a database seeded for them: kernels with
+    `requires`, `padding`, a family `notice` and the parametric words const:<literal> and
+    <word>*<n>, prebuilt (nothing compiles; the wheel comes from the attnpack cache)."""
+    from attnpack.builder import BuildRequest, build_archives
+    from attnpack.builder.build import default_cache_dir
+    from attnpack.family import load_families
+    from attnpack.tune.db import save_db, seed_untuned
+    from attnpack.tune.runner import standard_keys
+    folder = root / "aiter_tuning_db"
+    folder.mkdir(parents=True, exist_ok=True)
+    families = {"aiter_asm": load_families()["aiter_asm"]}
+    # (300, 1000): the shape fuzz_archive.cpp's exercise() launches, so mutants launch too
+    keys = standard_keys(ops=("fwd",), dtypes=("bf16",), head_dims=(128,),
+                         pairs=((300, 1000), (1024, 1024)))
+    save_db(seed_untuned("gfx950", keys, families), folder / "gfx950.jsonl")
+    req = BuildRequest(archs=("gfx950",), out_dir=root / "aiter", cache_dir=default_cache_dir(),
+                       jobs=1, families=("aiter_asm",), ops=("fwd",), tuning_db_dir=folder)
+    return build_archives(req)[0]
+
+
 def prebuild(root: str) -> None:
     """Compiles every archive the tests need into `root`, for $ATTNPACK_TEST_ARCHIVE_DIR."""
     build_toy(Path(root))
     build_toy_tuned(Path(root))
     build_triton_fwd(Path(root))
     build_fuzz_target(Path(root))
+    build_aiter_fuzz_target(Path(root))
 
 
 def _prebuilt(sub: str) -> list[Path]:
@@ -291,6 +313,13 @@ def fuzz_target_archive(tmp_path_factory) -> Path:
     """The sm_90 bf16 d128 slice of the shipped bundle (build_fuzz_target)."""
     ready = _prebuilt("fuzz")
     return ready[0] if ready else build_fuzz_target(tmp_path_factory.mktemp("runtime_fuzz"))
+
+
+@pytest.fixture(scope="session")
+def aiter_fuzz_target_archive(tmp_path_factory) -> Path:
+    """The aiter_asm family's gfx950 forwards, tuned in (build_aiter_fuzz_target)."""
+    ready = _prebuilt("aiter")
+    return ready[0] if ready else build_aiter_fuzz_target(tmp_path_factory.mktemp("runtime_aiter"))
 
 
 @pytest.fixture(scope="session")

@@ -68,7 +68,7 @@ def aiter_bwd_convert_dq(dq_acc, dq,
              acc.to(dq.dtype.element_ty), mask=tile_ok)
 
 
-# The launch steps, in attnpack's words (the lead turns them into family Steps).
+# The launch steps, in attnpack's words (family.py makes them Steps of the triton backend).
 GLUE_STEPS = {
     "prepare": {"fn": aiter_bwd_prepare, "grid": ((("Sq", BLOCK_M),), (("B", 1), ("Hq", 1)), ()),
                 "args": ("o", "do", "delta", "dq_acc", "o_stride_b", "o_stride_h", "o_stride_s",

@@ -5,6 +5,7 @@ machine and arch, entry symbol, parameter layout and resource use against the la
 """
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 from attnpack import abi
@@ -251,7 +252,7 @@ def _check_image(ar: Archive, i: int, steps: list[dict], warnings: list[str]) ->
             problems.append(f"{where}: ELF parameters (offset, size) {facts.params} disagree "
                             f"with the launch spec's {spec}"
                             + (f" and padding {padding}" if padding else ""))
-        elif facts.params and sorted(spec + padding) != sorted(facts.params):
+        elif facts.params and Counter(spec + padding) != Counter(facts.params):
             problems.append(f"{where}: ELF parameters (offset, size) {facts.params} disagree "
                             f"with the launch spec's {spec}"
                             + (f" and padding {padding}" if padding else ""))
