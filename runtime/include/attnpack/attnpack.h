@@ -79,7 +79,8 @@ ATTNPACK_API const char* attnpack_last_error(void);
 /* ---- opening a bundle ------------------------------------------------------------------- */
 
 /* Launches are recorded, never run: no driver is touched (tests of launch argument building;
- * see attnpack_recorded_launches). The device it pretends to be has 132 SMs. */
+ * see attnpack_recorded_launches). The device it pretends to be has 132 SMs, or
+ * $ATTNPACK_RECORDING_NUM_SMS (1..100000, read at open) for kernels that require a count. */
 #define ATTNPACK_OPEN_RECORDING_DRIVER 0x1u
 
 typedef struct attnpack_open_params {
@@ -177,7 +178,10 @@ typedef struct attnpack_kernel_info {
 /* Which kernel serves `problem`: the one problem->kernel names, if set; else the archive's
  * tuned entry for the problem's bucketed key (docs/ARCHIVE.md, `tuning`), else the functional
  * key's default. ATTNPACK_STATUS_UNSUPPORTED (message: the reason) when none does. Pointers
- * in the problem may be NULL here; non-NULL ones are checked for alignment. */
+ * in the problem may be NULL here; non-NULL ones are checked for alignment. A candidate's
+ * requirements (docs/ARCHIVE.md, `requires`) are checked too; when one names the device's
+ * multiprocessor count, this call (and explain, workspace_size, preload) asks the calling
+ * thread's device, and without one the count is unknown and that requirement fails. */
 ATTNPACK_API attnpack_status attnpack_select(attnpack_bundle* bundle,
                                              const attnpack_problem* problem,
                                              attnpack_kernel_info* kernel);
