@@ -21,7 +21,6 @@ from attnpack.build.builder import plan_variants
 from attnpack.family import load_families
 from test_runtime_fixtures import PARAM_ALIGN, PARAM_SIZE, param_offsets
 
-LOG2E = 1.4426950408889634
 KERNEL = "gluon/fwd/bf16-d128-causal/M64_N128_stages2"
 PERSISTENT = "gluon/fwd/bf16-d128-causal/M64_N128_stages2_persistent1"
 
@@ -60,7 +59,7 @@ def test_descriptor_params_are_tritons_expansion_at_the_cubins_offsets(gluon_arc
         *expansion("q_desc", "q"), *expansion("k_desc", "k"), *expansion("v_desc", "v"),
         *expansion("o_desc", "o"), ["lse", "ptr", 16], ["B", "i32", 1], ["Hq", "i32", 1],
         ["Hkv", "i32", 1],
-        ["Sq", "i32", 1], ["Sk", "i32", 1], ["sm_scale_log2", "f32", 1],
+        ["Sq", "i32", 1], ["Sk", "i32", 1], ["sm_scale", "f32", 1],
         ["global_scratch", "ptr", 1], ["profile_scratch", "ptr", 1]]
     # d128 with a 128-byte swizzle: TMA boxes are 64 elements (128 bytes) wide, so the kernel
     # copies each tile as two boxes and the descriptor is encoded with the 64-wide box.
@@ -120,8 +119,8 @@ def test_recorded_launch_packs_descriptors_shapes_and_strides(gluon_archive):
     with rt.Bundle(gluon_archive, recording=True) as bundle:
         bundle.forward(prob, stream=0x1234)
         [launch] = bundle.recorded_launches()["launches"]
-    scale = struct.unpack("<f", struct.pack("<f", 0.3 * LOG2E))[0]
-    values = {"B": B, "Hq": Hq, "Hkv": Hkv, "Sq": Sq, "Sk": Sk, "D": D, "sm_scale_log2": scale,
+    scale = struct.unpack("<f", struct.pack("<f", 0.3))[0]
+    values = {"B": B, "Hq": Hq, "Hkv": Hkv, "Sq": Sq, "Sk": Sk, "D": D, "sm_scale": scale,
               "lse": ptr["lse"], "global_scratch": 0, "profile_scratch": 0,
               **{f"{t}_desc": ptr[t] for t in "qkvo"}}
     for t in "qkvo":

@@ -63,7 +63,7 @@ def steps(arch: str, op: str, key: FunctionalKey, config) -> tuple[Step, ...]:
             _tensor_map("v_desc", "v", n, key), _tensor_map("o_desc", "o", m, key))
     words = {"q_desc": "q_desc", "k_desc": "k_desc", "v_desc": "v_desc", "o_desc": "o_desc",
              "lse_ptr": "lse", "B": "B", "Hq": "Hq", "Hkv": "Hkv", "Sq": "Sq", "Sk": "Sk",
-             "qk_scale": "sm_scale_log2"}
+             "sm_scale": "sm_scale"}
     args = tuple(words[a] for a in _runtime_args(attn_fwd_pingpong))
     constexprs = {"BLOCK_M": m, "BLOCK_N": n, "HEAD_DIM": key.head_dim,
                   "STAGES": config["stages"], "CAUSAL": key.causal,
