@@ -44,8 +44,11 @@ def attn_bwd_preprocess(o, do, delta,
 
 @triton.jit
 def _probabilities(qk, lse, sm_scale):
-    """P = exp(scale * qk - lse), in [0, 1]: the difference in natural units, then base 2."""
-    return tl.math.exp2(tl.minimum(qk * sm_scale - lse, 0.0, propagate_nan=tl.PropagateNan.ALL) * LOG2E)
+    """P = exp(scale * qk - lse), in [0, 1]: the difference in natural units, then base 2.
+    The clamp is a plain min: a NaN-propagating min or a select costs the gfx942 head-dim-256
+    dQ kernel the two registers it does not have (512 VGPR+AGPR). A NaN score so gives P = 1;
+    its row's delta is NaN already (the forward's O is), so dQ and dK stay NaN."""
+    return tl.math.exp2(tl.minimum(qk * sm_scale - lse, 0.0) * LOG2E)
 
 
 @triton.jit
