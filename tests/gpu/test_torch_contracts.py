@@ -12,7 +12,7 @@ with attnpack disabled (PyTorch's own kernels) on the same inputs:
 - determinism: under use_deterministic_algorithms(True, warn_only=True) a deterministic backward
   warns nothing, a non-deterministic one warns as PyTorch's kernels do; without warn_only it
   falls back.
-Skipped without CUDA (the decision logic of each is CPU-tested in tests/cpu/test_torch_contracts.py).
+Skipped without CUDA (the decision logic of each is CPU-tested in tests/cpu/test_torch_contract_decisions.py).
 """
 from __future__ import annotations
 
