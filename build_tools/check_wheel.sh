@@ -89,7 +89,8 @@ ARCHIVES=$($VPY -m attnpack locate --json | $VPY -c 'import json, sys; print(" "
 [ -n "$ARCHIVES" ] || { echo "no packaged archive"; exit 1; }
 for apk in $ARCHIVES; do
   case "$apk" in "$WORK/venv/"*) ;; *) echo "archive $apk is not the installed one"; exit 1 ;; esac
-  $ATTNPACK inspect "$apk" | head -2
+  $ATTNPACK inspect "$apk" --json | $VPY -c 'import json, sys; d = json.load(sys.stdin); assert d["kernels"], d
+print("inspect:", d["file"], d["arch"], d["kernels"] if isinstance(d["kernels"], int) else len(d["kernels"]), "kernels")'
 done
 $ATTNPACK verify $ARCHIVES | grep -v '^warn'
 if echo "$ARCHIVES" | grep -q -- '-sm_90.apk'; then
