@@ -12,8 +12,8 @@
 3. Cold start, in a fresh process: the very first call, including opening the archive and
    loading the kernel image (attnpack), or cuDNN's first graph.
 Every attnpack row names the kernel that served it (attnpack.torch.stats()).
-Needs the built extension (python/attnpack/torch/_lib or ATTNPACK_TORCH_LIB) and a bundle for
-this GPU (ATTNPACK_BUNDLE_DIR).
+Needs the built extension and a bundle for this GPU, where the package finds them (build/ of
+this checkout, an installed wheel, or ATTNPACK_TORCH_LIB and ATTNPACK_BUNDLE_DIR; docs/torch.md).
 """
 from __future__ import annotations
 
