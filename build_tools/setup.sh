@@ -4,12 +4,13 @@
 #   -> inspect. No GPU needed. Re-running it is cheap: the compile cache keeps finished kernels.
 # The package finds what this builds in build/ by itself (python/attnpack/_locate.py), so
 # `import attnpack.torch; attnpack.torch.enable()` and `attnpack explain` need no variables.
-# Environment: ATTNPACK_TARGET_ARCHS (default "sm_90;gfx942;gfx950"), BUILD_DIR (default build;
+# Environment: ATTNPACK_TARGET_ARCHS (default: python/attnpack/targets.py's default set,
+# sm_90;gfx942;gfx950), BUILD_DIR (default build;
 # another folder is reached through ATTNPACK_RUNTIME_LIB/ATTNPACK_TORCH_LIB/ATTNPACK_BUNDLE_DIR).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
-ARCHS=${ATTNPACK_TARGET_ARCHS:-sm_90;gfx942;gfx950}
+ARCHS=${ATTNPACK_TARGET_ARCHS:-}
 
 if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
   apt-get update -q

@@ -151,13 +151,13 @@ def test_decision(extension, toy_archive, case, expected):
     ("warn_only", True, True),   # ... warn_only=True: served, with PyTorch's kind of warning
 ])
 def test_determinism_follows_the_serving_kernel(extension, toy_archive, mode, served, warns):
-    """The toy family's backward is not known to be deterministic (backward_is_deterministic)."""
+    """The toy family declares no deterministic backward (FamilySpec.deterministic_backward)."""
     result = attnpack_torch.explain((1, 2, 2, 16, 16, 32), "fp16", op="bwd", deterministic=mode,
                                     archive=toy_archive, arch="sm_90")
     assert result["served"] is served, result
     assert result["nondeterministic_warning"] is warns
     if not served:
-        assert result["reason"] == "deterministic mode: the toy backward is not known to be deterministic"
+        assert result["reason"] == "deterministic mode: the toy backward is not declared deterministic"
 
 
 def test_deterministic_mode_is_read_from_pytorch(extension, toy_archive):

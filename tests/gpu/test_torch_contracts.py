@@ -376,7 +376,7 @@ def undeclared_bundle(tmp_path_factory):
     attnpack does not know to be deterministic."""
     if torch.version.hip is not None:
         pytest.skip("the fixture family is declared for sm_90 only")
-    from attnpack.build import BuildRequest, build_archives
+    from attnpack.builder import BuildRequest, build_archives
     root = tmp_path_factory.mktemp("undeclared")
     kernels = root / "kernels"
     kernels.mkdir()
@@ -400,5 +400,5 @@ def test_nondeterministic_backward_warns_like_pytorch_or_falls_back(undeclared_b
     error = result["error"]
     assert served(error["stats"], "flash_bwd") == 0
     assert error["stats"]["fallbacks"] == {
-        "deterministic mode: the undeclared backward is not known to be deterministic": 1}
+        "deterministic mode: the undeclared backward is not declared deterministic": 1}
     assert not [w for w in error["warnings"] if "attnpack" in w]

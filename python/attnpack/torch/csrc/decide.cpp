@@ -147,13 +147,9 @@ std::string describe(const Call& call) {
   return out;
 }
 
-// The Triton family's backward is deterministic: no atomics, every dK/dV tile owned by one
-// program that walks all of its query heads and rows (aot/kernels/triton_attn/bwd.py).
-// Any other family counts as non-deterministic. TODO(lead): read the family's declared
-// "deterministic backward" flag from the archive index instead of the name.
-bool backward_is_deterministic(const attnpack_kernel_info& kernel) {
-  return kernel.family && std::strcmp(kernel.family, "triton") == 0;
-}
+// Whether a kernel's outputs are bitwise equal for equal inputs, as its family declares it
+// (FamilySpec.deterministic_backward, carried by the archive's index).
+bool backward_is_deterministic(const attnpack_kernel_info& kernel) { return kernel.deterministic != 0; }
 
 void warn_nondeterministic(const Decision& decision) {
   // Once per process, like the TORCH_WARN_ONCE of PyTorch's flash and efficient backward in the
@@ -335,7 +331,7 @@ Decision decide(const Call& call, attnpack_bundle* explain, bool checked) {
       d.nondeterministic = true;  // served, with PyTorch's kind of warning (warn_only=True)
     } else {
       d.fallback_reason = std::string("deterministic mode: the ") + d.kernel.family +
-                          " backward is not known to be deterministic";
+                          " backward is not declared deterministic";
     }
   }
   return d;
