@@ -117,7 +117,10 @@ class FamilySpec:
     steps: Callable[[str, str, FunctionalKey, Mapping[str, Any]], tuple[Step, ...]]
     default_config: Callable[[str, str, FunctionalKey], Mapping[str, Any]]
     excluded: Callable[[str, str, FunctionalKey, Mapping[str, Any]], str | None] = lambda *a: None
-    workspace: Mapping[str, tuple[Workspace, ...]] = field(default_factory=dict)
+    # op -> buffers; or a function (arch, op, key, config) -> buffers, for families whose
+    # variants of one op need different workspace (the gluon backward's dQ accumulator)
+    workspace: Mapping[str, tuple[Workspace, ...]] | Callable[..., tuple[Workspace, ...]] = \
+        field(default_factory=dict)
     provenance: Mapping[str, str] = field(default_factory=dict)  # license, origin
     # When several families declare a default for one functional key, the lowest priority
     # serves it (until a tuning database decides); equal priorities are a build error.
@@ -131,8 +134,13 @@ class FamilySpec:
 
     def variant(self, arch: str, op: str, key: FunctionalKey, config: Mapping[str, Any]) -> Variant:
         steps = self.steps(arch, op, key, config)
-        workspace = self.workspace.get(op, ())
+        workspace = (self.workspace(arch, op, key, config) if callable(self.workspace)
+                     else self.workspace.get(op, ()))
         ws_names = tuple(w.name for w in workspace)
+        for w in workspace:
+            if not set(w.shape) <= set(abi.WORKSPACE_SIZES):
+                raise KeyError(f"{self.name}: workspace {w.name} shape {w.shape} has words "
+                               f"outside abi.WORKSPACE_SIZES {abi.WORKSPACE_SIZES}")
         for step in steps:
             for m in step.tensormaps:
                 if m.tensor not in abi.TENSORS:
