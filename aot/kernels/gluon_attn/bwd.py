@@ -142,6 +142,17 @@ class KeyBlock:
         self.h_end = h_end
         self.m_first = m_first
 
+    @gluon.jit
+    def num_tiles(self, Sq, BLOCK_M: gl.constexpr):
+        return (self.h_end - self.h_first) * gl.cdiv(gl.maximum(Sq - self.m_first, 0), BLOCK_M)
+
+    @gluon.jit
+    def next_tile(self, h, m0, Sq, BLOCK_M: gl.constexpr):
+        """(head, first row) of the tile after (h, m0): the next rows, or the next head's first."""
+        m0 += BLOCK_M
+        wrap = m0 >= Sq
+        return gl.where(wrap, h + 1, h), gl.where(wrap, self.m_first, m0)
+
 
 @gluon.jit
 def _key_block(Hq, Hkv, Sq, Sk, BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr):
@@ -162,7 +173,8 @@ def _key_block(Hq, Hkv, Sq, Sk, BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr):
 @aggregate
 class DkdvSmem:
     """Shared memory of a dK/dV program. K and V are stored as two 64-key halves, one per
-    consumer; the ring holds each query tile's Q, dO, log2-domain LSE and Δ; dSᵀ is
+    consumer; the ring holds each query tile's Q, dO, LSE (in score units, LSE/scale) and Δ;
+    dSᵀ is
     [2 * slot + half, 64 keys, BLOCK_M queries] (fast variant only)."""
     k: gl.shared_memory_descriptor
     v: gl.shared_memory_descriptor
@@ -202,8 +214,8 @@ class DkdvBarriers:
 # dK/dV kernel: load partition
 # --------------------------------------------------------------------------------------------
 @gluon.jit
-def _dkdv_load(q_desc, k_desc, v_desc, do_desc, smem, bars, lse_ptr, delta_ptr, Hq, Hkv, Sq, Sk,
-               BLOCK_M: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr):
+def _dkdv_load(q_desc, k_desc, v_desc, do_desc, smem, bars, lse_ptr, delta_ptr,
+               Hq, Hkv, Sq, Sk, qk_scale, BLOCK_M: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr):
     blk = _key_block(Hq, Hkv, Sq, Sk, BLOCK_M, CAUSAL)
     row_layout: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
     kv_bytes: gl.constexpr = 2 * (k_desc.block_type.nbytes + v_desc.block_type.nbytes)
@@ -215,6 +227,8 @@ def _dkdv_load(q_desc, k_desc, v_desc, do_desc, smem, bars, lse_ptr, delta_ptr, 
         tma.async_copy_global_to_shared(v_desc, [blk.b, blk.h_kv, row, 0], bars.kv_ready,
                                         smem.v.index(half))
     qdo_bytes: gl.constexpr = q_desc.block_type.nbytes + do_desc.block_type.nbytes
+    # P = exp2(qk_scale·s − log2(e)·LSE) = exp2(qk_scale·(s − LSE/scale)): LSE in score units
+    lse_to_scores = LOG2E / qk_scale
     t = 0  # query tiles loaded so far
     for h in range(blk.h_first, blk.h_end):
         row_base = (blk.b * Hq + h).to(gl.int64) * Sq
@@ -232,7 +246,7 @@ def _dkdv_load(q_desc, k_desc, v_desc, do_desc, smem, bars, lse_ptr, delta_ptr, 
             # them across tiles. Rows past Sq get LSE = +inf: P = 0 there with no mask.
             rows = m0 + gl.arange(0, BLOCK_M, layout=row_layout)
             lse = gl.load(lse_ptr + row_base + rows, mask=rows < Sq, other=float("inf"))
-            smem.lse.index(stage).store(lse * LOG2E)
+            smem.lse.index(stage).store(lse * lse_to_scores)
             smem.delta.index(stage).store(gl.load(delta_ptr + row_base + rows, mask=rows < Sq,
                                                   other=0.0))
             mbarrier.arrive(ready)  # the second arrival, beside the TMA's expect
@@ -265,11 +279,11 @@ def _dq_share(smem, dq_accum, t, b, h, m0, slot, Hq, Sq,
                 k = k.slice(COL0, DQ_N, dim=1)
             dq = warpgroup_mma(ds, k, dq, use_acc=half > 0, is_async=True)
         dq = warpgroup_mma_wait(0, deps=[dq])
-        rows = m0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, dq_layout))
+        rows = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, dq_layout))   # from m0
         cols = COL0 + gl.arange(0, DQ_N, layout=gl.SliceLayout(0, dq_layout))
-        base = (b * Hq + h).to(gl.int64) * Sq * HEAD_DIM
-        at = dq_accum + base + gl.expand_dims(rows * HEAD_DIM, 1) + gl.expand_dims(cols, 0)
-        inside = gl.expand_dims(rows < Sq, 1) & gl.expand_dims(cols < HEAD_DIM, 0)
+        tile = dq_accum + ((b * Hq + h).to(gl.int64) * Sq + m0) * HEAD_DIM
+        at = tile + gl.expand_dims(rows * HEAD_DIM, 1) + gl.expand_dims(cols, 0)
+        inside = gl.expand_dims(rows < Sq - m0, 1) & gl.expand_dims(cols < HEAD_DIM, 0)
         gl.atomic_add(at, dq, mask=inside, sem="relaxed")
 
 
@@ -287,7 +301,7 @@ def _store_rows(ptr, stride_b, stride_h, stride_s, value, b, h, row0, n_rows,
 
 
 @gluon.jit
-def _dkdv_tile(smem, bars, dq_accum, dk_acc, dv_acc, k, v, keys, key0, key_tail, t, b, h, m0,
+def _dkdv_tile(smem, bars, dq_accum, dk_acc, dv_acc, k, v, key0, t, b, h, m0,
                Hq, Sq, Sk, qk_scale,
                s_layout: gl.constexpr, kv_layout: gl.constexpr, CONSUMER: gl.constexpr,
                BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
@@ -303,28 +317,32 @@ def _dkdv_tile(smem, bars, dq_accum, dk_acc, dv_acc, k, v, keys, key0, key_tail,
     q = smem.q.index(stage).reshape([BLOCK_M, HEAD_DIM])
     do = smem.do.index(stage).reshape([BLOCK_M, HEAD_DIM])
     s_zero = gl.zeros([HALF_N, BLOCK_M], gl.float32, s_layout)
-    # ---- Sᵀ = K·Qᵀ and dPᵀ = V·dOᵀ, both in flight at once
-    sT = warpgroup_mma(k, q.permute([1, 0]), s_zero, use_acc=False, is_async=True)
-    dpT = warpgroup_mma(v, do.permute([1, 0]), s_zero, use_acc=False, is_async=True)
-    lse2 = smem.lse.index(stage).load(col_layout)
-    sT = warpgroup_mma_wait(1, deps=[sT])
-    # ---- Pᵀ from the forward's LSE; dV += Pᵀ·dO
-    pT = gl.exp2(sT * qk_scale - gl.expand_dims(lse2, 0))
-    needs_mask = key_tail
+    # ---- Sᵀ − LSE/scale = K·Qᵀ − LSE/scale and dPᵀ − Δ = V·dOᵀ − Δ, both in flight at once.
+    # The row statistics enter as the initial accumulators, so no registers hold them where
+    # pressure peaks (Pᵀ and dSᵀ beside the dK and dV accumulators, at head dim 128).
+    minus_lse = s_zero - gl.expand_dims(smem.lse.index(stage).load(col_layout), 0)
+    # The mask enters the same way: −inf there gives P = 0.
+    needs_mask = key0 + HALF_N > Sk  # keys past Sk read as zeros, but P there is not 0
     if CAUSAL:
         needs_mask = needs_mask | (m0 < key0 + HALF_N)
     if needs_mask:
+        keys = key0 + gl.arange(0, HALF_N, layout=gl.SliceLayout(1, s_layout))
         queries = m0 + gl.arange(0, BLOCK_M, layout=col_layout)
         keep = gl.expand_dims(keys < Sk, 1)
         if CAUSAL:
             keep = keep & (gl.expand_dims(queries, 0) >= gl.expand_dims(keys, 1))
-        pT = gl.where(keep, pT, 0.0)
+        minus_lse = gl.where(keep, minus_lse, -float("inf"))
+    sT = warpgroup_mma(k, q.permute([1, 0]), minus_lse, is_async=True)
+    minus_delta = s_zero - gl.expand_dims(smem.delta.index(stage).load(col_layout), 0)
+    dpT = warpgroup_mma(v, do.permute([1, 0]), minus_delta, is_async=True)
+    sT = warpgroup_mma_wait(1, deps=[sT])
+    # ---- Pᵀ = exp(scale·Sᵀ − LSE); dV += Pᵀ·dO
+    pT = gl.exp2(sT * qk_scale)
     pT_op = gl.convert_layout(pT.to(dtype), op_layout)
     dv_acc = warpgroup_mma(pT_op, do, dv_acc, is_async=True)
     # ---- dSᵀ = Pᵀ ⊙ (dPᵀ − Δ); dK += dSᵀ·Q
-    delta = smem.delta.index(stage).load(col_layout)
     dpT = warpgroup_mma_wait(1, deps=[dpT])
-    dsT = (pT * (dpT - gl.expand_dims(delta, 0))).to(dtype)
+    dsT = (pT * dpT).to(dtype)
     dsT_op = gl.convert_layout(dsT, op_layout)
     dk_acc = warpgroup_mma(dsT_op, q, dk_acc, is_async=True)
     if FUSED_DQ:
@@ -355,23 +373,20 @@ def _dkdv_consume(smem, bars, lse_ptr, delta_ptr, dq_accum, dk, dv,
 
     blk = _key_block(Hq, Hkv, Sq, Sk, BLOCK_M, CAUSAL)
     key0 = blk.n0 + CONSUMER * HALF_N
-    keys = key0 + gl.arange(0, HALF_N, layout=gl.SliceLayout(1, s_layout))
     k = smem.k.index(CONSUMER).reshape([HALF_N, HEAD_DIM])
     v = smem.v.index(CONSUMER).reshape([HALF_N, HEAD_DIM])
     dk_acc = gl.zeros([HALF_N, HEAD_DIM], gl.float32, kv_layout)
     dv_acc = gl.zeros([HALF_N, HEAD_DIM], gl.float32, kv_layout)
-    # keys past Sk read as zeros, but P there is not 0: mask them where this half has any
-    key_tail = key0 + HALF_N > Sk
 
     mbarrier.wait(bars.kv_ready, 0)
-    t = 0  # query tiles consumed so far
-    for h in range(blk.h_first, blk.h_end):
-        for m0 in range(blk.m_first, Sq, BLOCK_M):
-            dk_acc, dv_acc = _dkdv_tile(smem, bars, dq_accum, dk_acc, dv_acc, k, v, keys, key0,
-                                        key_tail, t, blk.b, h, m0, Hq, Sq, Sk, qk_scale,
-                                        s_layout, kv_layout, CONSUMER, BLOCK_M, HEAD_DIM, STAGES,
-                                        CAUSAL, FUSED_DQ)
-            t += 1
+    h = blk.h_first
+    m0 = blk.m_first
+    for t in range(blk.num_tiles(Sq, BLOCK_M)):
+        dk_acc, dv_acc = _dkdv_tile(smem, bars, dq_accum, dk_acc, dv_acc, k, v, key0,
+                                    t, blk.b, h, m0, Hq, Sq, Sk, qk_scale,
+                                    s_layout, kv_layout, CONSUMER, BLOCK_M, HEAD_DIM, STAGES,
+                                    CAUSAL, FUSED_DQ)
+        h, m0 = blk.next_tile(h, m0, Sq, BLOCK_M)
 
     # ---- epilogue: dK carries the softmax scale; keys no query sees get exact zeros
     _store_rows(dv, dv_stride_b, dv_stride_h, dv_stride_s, dv_acc, blk.b, blk.h_kv, key0, Sk,
@@ -448,7 +463,7 @@ def _dkdv_program(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_accum,
                            Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
                            BLOCK_M, HEAD_DIM, STAGES, CAUSAL, FUSED_DQ)),
         (_dkdv_load, (q_desc, k_desc, v_desc, do_desc, smem, bars, lse_ptr, delta_ptr,
-                      Hq, Hkv, Sq, Sk, BLOCK_M, STAGES, CAUSAL)),
+                      Hq, Hkv, Sq, Sk, qk_scale, BLOCK_M, STAGES, CAUSAL)),
     ], [4, 1], [CONSUMER_REGS, LOAD_REGS])
 
 
