@@ -46,7 +46,8 @@ tiles above its diagonal; a query block's programs stop at its last visible key 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma,
-                                                              warpgroup_mma, warpgroup_mma_wait)
+                                                              warpgroup_mma, warpgroup_mma_init,
+                                                              warpgroup_mma_wait)
 from triton.language.core import _aggregate as aggregate
 
 LOG2E = gl.constexpr(1.4426950408889634)  # the forward's LSE is natural-log; P uses exp2
@@ -57,6 +58,14 @@ HALF_N = gl.constexpr(64)                  # keys per dK/dV consumer (one m64 wg
 def _nvmma(n):
     """wgmma accumulator layout of one warpgroup for an [rows, n] fp32 tile."""
     return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, n, 16])
+
+
+@gluon.jit
+def _next_slot(stage, phase, STAGES: gl.constexpr):
+    """The ring slot after `stage`, and the barrier phase to wait for there."""
+    stage += 1
+    wrap = stage == STAGES
+    return gl.where(wrap, 0, stage), gl.where(wrap, phase ^ 1, phase)
 
 
 # --------------------------------------------------------------------------------------------
@@ -229,14 +238,14 @@ def _dkdv_load(q_desc, k_desc, v_desc, do_desc, smem, bars, lse_ptr, delta_ptr,
     qdo_bytes: gl.constexpr = q_desc.block_type.nbytes + do_desc.block_type.nbytes
     # P = exp2(qk_scale·s − log2(e)·LSE) = exp2(qk_scale·(s − LSE/scale)): LSE in score units
     lse_to_scores = LOG2E / qk_scale
-    t = 0  # query tiles loaded so far
+    stage = 0
+    phase = 0
     for h in range(blk.h_first, blk.h_end):
         row_base = (blk.b * Hq + h).to(gl.int64) * Sq
         for m0 in range(blk.m_first, Sq, BLOCK_M):
-            stage = t % STAGES
             # a fresh barrier counts as having completed the phase before 0: the first STAGES
             # waits pass at once
-            mbarrier.wait(bars.qdo_free.index(stage), ((t // STAGES) & 1) ^ 1)
+            mbarrier.wait(bars.qdo_free.index(stage), phase ^ 1)
             ready = bars.qdo_ready.index(stage)
             mbarrier.expect(ready, qdo_bytes)
             tma.async_copy_global_to_shared(q_desc, [blk.b, h, m0, 0], ready, smem.q.index(stage))
@@ -250,7 +259,7 @@ def _dkdv_load(q_desc, k_desc, v_desc, do_desc, smem, bars, lse_ptr, delta_ptr,
             smem.delta.index(stage).store(gl.load(delta_ptr + row_base + rows, mask=rows < Sq,
                                                   other=0.0))
             mbarrier.arrive(ready)  # the second arrival, beside the TMA's expect
-            t += 1
+            stage, phase = _next_slot(stage, phase, STAGES)
 
 
 # --------------------------------------------------------------------------------------------
@@ -301,19 +310,19 @@ def _store_rows(ptr, stride_b, stride_h, stride_s, value, b, h, row0, n_rows,
 
 
 @gluon.jit
-def _dkdv_tile(smem, bars, dq_accum, dk_acc, dv_acc, k, v, key0, t, b, h, m0,
+def _dkdv_tile(smem, bars, dq_accum, dk_acc, dv_acc, k, v, key0, t, stage, phase, b, h, m0,
                Hq, Sq, Sk, qk_scale,
                s_layout: gl.constexpr, kv_layout: gl.constexpr, CONSUMER: gl.constexpr,
                BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
                CAUSAL: gl.constexpr, FUSED_DQ: gl.constexpr):
-    """One query tile (the t-th, rows m0.. of head h) against this consumer's 64 keys:
-    dV += Pᵀ·dO and dK += dSᵀ·Q; with FUSED_DQ also this consumer's share of the tile's dQ."""
+    """One query tile (the t-th, rows m0.. of head h, in ring slot `stage` at `phase`) against
+    this consumer's 64 keys: dV += Pᵀ·dO and dK += dSᵀ·Q; with FUSED_DQ also this consumer's
+    share of the tile's dQ."""
     dtype: gl.constexpr = smem.q.dtype
     # Pᵀ and dSᵀ as the A operand of dV/dK: the accumulator's registers, converted in place
     op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=kv_layout, k_width=2)
     col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
-    stage = t % STAGES
-    mbarrier.wait(bars.qdo_ready.index(stage), (t // STAGES) & 1)
+    mbarrier.wait(bars.qdo_ready.index(stage), phase)
     q = smem.q.index(stage).reshape([BLOCK_M, HEAD_DIM])
     do = smem.do.index(stage).reshape([BLOCK_M, HEAD_DIM])
     s_zero = gl.zeros([HALF_N, BLOCK_M], gl.float32, s_layout)
@@ -381,12 +390,15 @@ def _dkdv_consume(smem, bars, lse_ptr, delta_ptr, dq_accum, dk, dv,
     mbarrier.wait(bars.kv_ready, 0)
     h = blk.h_first
     m0 = blk.m_first
+    stage = 0
+    phase = 0
     for t in range(blk.num_tiles(Sq, BLOCK_M)):
         dk_acc, dv_acc = _dkdv_tile(smem, bars, dq_accum, dk_acc, dv_acc, k, v, key0,
-                                    t, blk.b, h, m0, Hq, Sq, Sk, qk_scale,
+                                    t, stage, phase, blk.b, h, m0, Hq, Sq, Sk, qk_scale,
                                     s_layout, kv_layout, CONSUMER, BLOCK_M, HEAD_DIM, STAGES,
                                     CAUSAL, FUSED_DQ)
         h, m0 = blk.next_tile(h, m0, Sq, BLOCK_M)
+        stage, phase = _next_slot(stage, phase, STAGES)
 
     # ---- epilogue: dK carries the softmax scale; keys no query sees get exact zeros
     _store_rows(dv, dv_stride_b, dv_stride_h, dv_stride_s, dv_acc, blk.b, blk.h_kv, key0, Sk,
@@ -600,7 +612,9 @@ def _dq_consume(dq_desc, smem, bars, lse_ptr, delta_ptr, Hq, Hkv, Sq, Sk, qk_sca
     lse2 = gl.load(lse_ptr + at, mask=rows < Sq, other=float("inf")) * LOG2E
     delta = gl.load(delta_ptr + at, mask=rows < Sq, other=0.0)
     s_zero = gl.zeros([HALF_N, BLOCK_N], gl.float32, s_layout)
-    dq = gl.zeros([HALF_N, HEAD_DIM], gl.float32, dq_layout)
+    # dQ stays an in-flight wgmma accumulator across iterations: its GEMM of tile j finishes
+    # behind the QKᵀ and dO·Vᵀ of tile j + 1
+    dq = warpgroup_mma_init(gl.zeros([HALF_N, HEAD_DIM], gl.float32, dq_layout))
     ds_op = gl.zeros([HALF_N, BLOCK_N], dtype, op_layout)
 
     mbarrier.wait(bars.q_ready.index(CONSUMER), 0)
@@ -614,10 +628,10 @@ def _dq_consume(dq_desc, smem, bars, lse_ptr, delta_ptr, Hq, Hkv, Sq, Sk, qk_sca
         # ---- S = Q·Kᵀ and dP = dO·Vᵀ, queued behind the previous tile's dQ GEMM
         s = warpgroup_mma(q, k.permute([1, 0]), s_zero, use_acc=False, is_async=True)
         dp = warpgroup_mma(do, v.permute([1, 0]), s_zero, use_acc=False, is_async=True)
-        if j > 0:
-            # wgmma groups retire in order: two left in flight means dQ(j - 1) is done
-            dq, ds_op = warpgroup_mma_wait(2, deps=[dq, ds_op])
-            mbarrier.arrive(bars.kv_free.index((j - 1) % STAGES))
+        # wgmma groups retire in order: two left in flight means dQ(j - 1) is done, and its
+        # K/V slot is free (before tile 0 there is nothing to wait for or release)
+        dq, ds_op = warpgroup_mma_wait(2, deps=[dq, ds_op])
+        mbarrier.arrive(bars.kv_free.index((j + STAGES - 1) % STAGES), pred=j > 0)
         s = warpgroup_mma_wait(1, deps=[s])
         # ---- P from the forward's LSE, masked on the diagonal and past Sk
         p = gl.exp2(s * qk_scale - gl.expand_dims(lse2, 1))

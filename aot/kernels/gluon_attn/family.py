@@ -57,8 +57,8 @@ BWD_CONFIGS = (
     {"M": 64, "stages": 2, "det": 0},
     {"M": 64, "stages": 3, "det": 0},
     {"M": 64, "stages": 2, "det": 1, "qN": 64},
-    {"M": 128, "stages": 2, "det": 0},              # head dim 64 only
-    {"M": 128, "stages": 2, "det": 1, "qN": 128},   # head dim 64 only
+    {"M": 64, "stages": 3, "det": 1, "qN": 64},
+    {"M": 64, "stages": 2, "det": 1, "qN": 128},
 )
 # fp32 registers per consumer thread: accumulators (dK + dV, or dQ) plus the two score tiles
 # (Sᵀ and dPᵀ, or S and dP). Above this ptxas spills at 240 registers a thread.
