@@ -646,7 +646,7 @@ def _dq_consume(dq_desc, smem, bars, lse_ptr, delta_ptr, Hq, Hkv, Sq, Sk, qk_sca
                 keep = keep & (gl.expand_dims(cols, 0) <= gl.expand_dims(rows, 1))
             p = gl.where(keep, p, 0.0)
         # ---- dS = P ⊙ (dP − Δ); dQ += dS·K, left in flight
-        dp = warpgroup_mma_wait(1, deps=[dp])
+        dp = warpgroup_mma_wait(0, deps=[dp])
         ds = p * (dp - gl.expand_dims(delta, 1))
         ds_op = gl.convert_layout(ds.to(dtype), op_layout)
         dq = warpgroup_mma(ds_op, k, dq, is_async=True)

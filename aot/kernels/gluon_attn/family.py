@@ -197,6 +197,13 @@ def excluded(arch: str, op: str, key: FunctionalKey, config) -> str | None:
     return None
 
 
+def deterministic(op: str, config) -> bool:
+    """Whether a variant gives bitwise-equal results run to run: every forward, and a backward
+    with det 1. The fast backward (det 0) adds dQ with fp32 atomics in whatever order programs
+    finish. (For the family policy of the family-backends API; the lead ports it there.)"""
+    return op == "fwd" or bool(config["det"])
+
+
 def default_config(arch: str, op: str, key: FunctionalKey):
     # Never selected as a default (priority 1000); this only names the first config.
     return FWD_CONFIGS[0] if op == "fwd" else BWD_CONFIGS[0]
