@@ -3,7 +3,7 @@
 Given the forward's O and natural-log LSE, and the upstream gradient dO, it computes
 
     P  = exp(scale·QKᵀ − LSE)      dV = Pᵀ·dO        dP = dO·Vᵀ
-    dS = P ⊙ (dP − Δ), Δ = rowsum(dO ⊙ O)            dK = scale·dSᵀ·Q      dQ = scale·dS·K
+    dS = P ⊙ (dP − Δ), Δ = rowsum(dO ⊙ O)       dK = scale·dSᵀ·Q      dQ = scale·dS·K
 
 in three launches, in one of two variants (the `det` knob of family.py):
 
@@ -31,12 +31,13 @@ neither touches shared memory. Only dQ = dS·K needs both consumers' dSᵀ, so e
 half into a double-buffered shared tile and the pair meets on an mbarrier; then each consumer
 computes half of dQ's columns (head dim 128) or the whole of it on alternate tiles (head dim
 64, whose 64-column rows cannot be split inside one 128-byte swizzle atom), and adds it to the
-fp32 accumulator with relaxed atomics.
+fp32 accumulator with relaxed atomics: at the end of the tile, or (DQ_LAG) while the next
+tile's first GEMMs run.
 
 dQ kernel (deterministic variant), one program per 128 query rows, shaped like the forward:
 a load warp streams K/V tiles through a ring; each consumer owns 64 query rows, recomputes
-S = Q·Kᵀ and dP = dO·Vᵀ, and accumulates dQ += dS·K with dS as a register operand. The GEMM of
-tile j runs behind the QKᵀ and dO·Vᵀ of tile j + 1.
+S = Q·Kᵀ and dP = dO·Vᵀ, and accumulates dQ += dS·K with dS as a register operand. The GEMM
+of tile j runs behind the QKᵀ and dO·Vᵀ of tile j + 1.
 
 Masks: rows past Sq load as zeros (TMA) with LSE = +inf, so P = 0 there with no mask; only
 tiles that cross the causal diagonal, or hold keys past Sk, are masked. Causal is top-left, as
@@ -183,8 +184,7 @@ def _key_block(Hq, Hkv, Sq, Sk, BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr):
 class DkdvSmem:
     """Shared memory of a dK/dV program. K and V are stored as two 64-key halves, one per
     consumer; the ring holds each query tile's Q, dO, LSE (in score units, LSE/scale) and Δ;
-    dSᵀ is
-    [2 * slot + half, 64 keys, BLOCK_M queries] (fast variant only)."""
+    dSᵀ is [2 * slot + half, 64 keys, BLOCK_M queries] (fast variant only)."""
     k: gl.shared_memory_descriptor
     v: gl.shared_memory_descriptor
     q: gl.shared_memory_descriptor
@@ -224,7 +224,8 @@ class DkdvBarriers:
 # --------------------------------------------------------------------------------------------
 @gluon.jit
 def _dkdv_load(q_desc, k_desc, v_desc, do_desc, smem, bars, lse_ptr, delta_ptr,
-               Hq, Hkv, Sq, Sk, qk_scale, BLOCK_M: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr):
+               Hq, Hkv, Sq, Sk, qk_scale,
+               BLOCK_M: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr):
     blk = _key_block(Hq, Hkv, Sq, Sk, BLOCK_M, CAUSAL)
     row_layout: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
     kv_bytes: gl.constexpr = 2 * (k_desc.block_type.nbytes + v_desc.block_type.nbytes)
@@ -369,7 +370,7 @@ def _dkdv_tile(smem, bars, dq_accum, dk_acc, dv_acc, dq_prev, k, v, key0, t, sta
     q = smem.q.index(stage).reshape([BLOCK_M, HEAD_DIM])
     do = smem.do.index(stage).reshape([BLOCK_M, HEAD_DIM])
     s_zero = gl.zeros([HALF_N, BLOCK_M], gl.float32, s_layout)
-    # ---- Sᵀ − LSE/scale = K·Qᵀ − LSE/scale and dPᵀ − Δ = V·dOᵀ − Δ, both in flight at once.
+    # ---- Sᵀ − LSE/scale = K·Qᵀ − LSE/scale and dPᵀ − Δ = V·dOᵀ − Δ, both in flight.
     # The row statistics enter as the initial accumulators, so no registers hold them where
     # pressure peaks (Pᵀ and dSᵀ beside the dK and dV accumulators, at head dim 128).
     minus_lse = s_zero - gl.expand_dims(smem.lse.index(stage).load(col_layout), 0)
