@@ -31,8 +31,7 @@ neither touches shared memory. Only dQ = dS·K needs both consumers' dSᵀ, so e
 half into a double-buffered shared tile and the pair meets on an mbarrier; then each consumer
 computes half of dQ's columns (head dim 128) or the whole of it on alternate tiles (head dim
 64, whose 64-column rows cannot be split inside one 128-byte swizzle atom), and adds it to the
-fp32 accumulator with relaxed atomics: at the end of the tile, or (DQ_LAG) while the next
-tile's first GEMMs run.
+fp32 accumulator with relaxed atomics.
 
 dQ kernel (deterministic variant), one program per 128 query rows, shaped like the forward:
 a load warp streams K/V tiles through a ring; each consumer owns 64 query rows, recomputes
@@ -266,76 +265,35 @@ def _dkdv_load(q_desc, k_desc, v_desc, do_desc, smem, bars, lse_ptr, delta_ptr,
 # --------------------------------------------------------------------------------------------
 # dK/dV kernel: consumer partitions
 # --------------------------------------------------------------------------------------------
-# How the fast variant's dK/dV kernel adds dQ. At head dim >= 128 each consumer computes and
-# adds half of dQ's columns on every tile; at head dim 64, whose 64-column rows cannot be split
-# inside one 128-byte swizzle atom, the consumers take whole tiles in turn. With DQ_LAG a tile's
-# dQ GEMMs stay in flight and are added during the next tile's Sᵀ/dPᵀ GEMMs; without, they are
-# waited for and added at the end of the tile.
-@gluon.constexpr_function
-def _dq_split(HEAD_DIM):
-    return HEAD_DIM >= 128
-
-
-@gluon.constexpr_function
-def _dq_cols(HEAD_DIM):
-    """Columns of dQ one consumer computes at a time."""
-    return HEAD_DIM // 2 if _dq_split(HEAD_DIM) else HEAD_DIM
-
-
-@gluon.jit
-def _dq_mine(t, CONSUMER: gl.constexpr, HEAD_DIM: gl.constexpr):
-    """Whether this consumer adds (part of) the t-th tile's dQ: every tile when the columns are
-    split, else every other tile."""
-    if _dq_split(HEAD_DIM):
-        return t >= 0
-    return t % 2 == CONSUMER
-
-
-@gluon.jit
-def _dq_issue(smem, slot, CONSUMER: gl.constexpr, BLOCK_M: gl.constexpr,
-              HEAD_DIM: gl.constexpr):
-    """Issues (and does not wait for) this consumer's dQ GEMMs of the tile whose dSᵀ halves are
-    in `slot`: dQ = dS·K summed over the two 64-key halves, dSᵀ from shared memory (both
-    consumers' halves), K as stored. Two wgmma groups."""
-    SPLIT: gl.constexpr = _dq_split(HEAD_DIM)
-    DQ_N: gl.constexpr = _dq_cols(HEAD_DIM)
-    dq = gl.zeros([BLOCK_M, DQ_N], gl.float32, _nvmma(DQ_N))
-    for half in gl.static_range(2):
-        ds = smem.ds.index(2 * slot + half).permute([1, 0])        # [BLOCK_M, 64 keys]
-        k = smem.k.index(half).reshape([HALF_N, HEAD_DIM])
-        if SPLIT:
-            k = k.slice(CONSUMER * DQ_N, DQ_N, dim=1)
-        dq = warpgroup_mma(ds, k, dq, use_acc=half > 0, is_async=True)
-    return dq
-
-
-@gluon.jit
-def _dq_add(dq, dq_accum, b, h, m0, Hq, Sq, CONSUMER: gl.constexpr, BLOCK_M: gl.constexpr,
-            HEAD_DIM: gl.constexpr):
-    """Adds a finished dQ share (rows m0.. of head h) into the fp32 accumulator, relaxed
-    atomics, rows past Sq dropped."""
-    SPLIT: gl.constexpr = _dq_split(HEAD_DIM)
-    DQ_N: gl.constexpr = _dq_cols(HEAD_DIM)
-    COL0: gl.constexpr = CONSUMER * DQ_N if SPLIT else 0
-    dq_layout: gl.constexpr = _nvmma(DQ_N)
-    rows = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, dq_layout))   # from m0
-    cols = COL0 + gl.arange(0, DQ_N, layout=gl.SliceLayout(0, dq_layout))
-    tile = dq_accum + ((b * Hq + h).to(gl.int64) * Sq + m0) * HEAD_DIM
-    at = tile + gl.expand_dims(rows * HEAD_DIM, 1) + gl.expand_dims(cols, 0)
-    inside = gl.expand_dims(rows < Sq - m0, 1) & gl.expand_dims(cols < HEAD_DIM, 0)
-    gl.atomic_add(at, dq, mask=inside, sem="relaxed")
-
-
 @gluon.jit
 def _dq_share(smem, dq_accum, t, b, h, m0, slot, Hq, Sq,
               CONSUMER: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr):
-    """This consumer's share of the query tile's dQ (rows m0.., head h), computed and added at
-    once (columns [CONSUMER·D/2, (CONSUMER+1)·D/2) at head dim >= 128, else all of it on every
-    other tile)."""
-    if _dq_mine(t, CONSUMER, HEAD_DIM):
-        dq = _dq_issue(smem, slot, CONSUMER, BLOCK_M, HEAD_DIM)
+    """dQ of the query tile (rows m0.., head h) from all 128 keys, the part this consumer adds:
+    columns [CONSUMER·D/2, (CONSUMER+1)·D/2) at head dim >= 128, else all of it on every
+    other tile. dQ = dS·K, summed over the two 64-key halves; dSᵀ comes from shared memory
+    (both consumers' halves), K as stored."""
+    SPLIT: gl.constexpr = HEAD_DIM >= 128
+    DQ_N: gl.constexpr = HEAD_DIM // 2 if SPLIT else HEAD_DIM
+    COL0: gl.constexpr = CONSUMER * DQ_N if SPLIT else 0
+    dq_layout: gl.constexpr = _nvmma(DQ_N)
+    mine = t % 2 == CONSUMER
+    if SPLIT:
+        mine = True
+    if mine:
+        dq = gl.zeros([BLOCK_M, DQ_N], gl.float32, dq_layout)
+        for half in gl.static_range(2):
+            ds = smem.ds.index(2 * slot + half).permute([1, 0])        # [BLOCK_M, 64 keys]
+            k = smem.k.index(half).reshape([HALF_N, HEAD_DIM])
+            if SPLIT:
+                k = k.slice(COL0, DQ_N, dim=1)
+            dq = warpgroup_mma(ds, k, dq, use_acc=half > 0, is_async=True)
         dq = warpgroup_mma_wait(0, deps=[dq])
-        _dq_add(dq, dq_accum, b, h, m0, Hq, Sq, CONSUMER, BLOCK_M, HEAD_DIM)
+        rows = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, dq_layout))   # from m0
+        cols = COL0 + gl.arange(0, DQ_N, layout=gl.SliceLayout(0, dq_layout))
+        tile = dq_accum + ((b * Hq + h).to(gl.int64) * Sq + m0) * HEAD_DIM
+        at = tile + gl.expand_dims(rows * HEAD_DIM, 1) + gl.expand_dims(cols, 0)
+        inside = gl.expand_dims(rows < Sq - m0, 1) & gl.expand_dims(cols < HEAD_DIM, 0)
+        gl.atomic_add(at, dq, mask=inside, sem="relaxed")
 
 
 @gluon.jit
@@ -352,16 +310,14 @@ def _store_rows(ptr, stride_b, stride_h, stride_s, value, b, h, row0, n_rows,
 
 
 @gluon.jit
-def _dkdv_tile(smem, bars, dq_accum, dk_acc, dv_acc, dq_prev, k, v, key0, t, stage, phase, b, h,
-               m0, h_prev, m0_prev, Hq, Sq, Sk, qk_scale,
+def _dkdv_tile(smem, bars, dq_accum, dk_acc, dv_acc, k, v, key0, t, stage, phase, b, h, m0,
+               Hq, Sq, Sk, qk_scale,
                s_layout: gl.constexpr, kv_layout: gl.constexpr, CONSUMER: gl.constexpr,
                BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
-               CAUSAL: gl.constexpr, FUSED_DQ: gl.constexpr, DQ_LAG: gl.constexpr):
+               CAUSAL: gl.constexpr, FUSED_DQ: gl.constexpr):
     """One query tile (the t-th, rows m0.. of head h, in ring slot `stage` at `phase`) against
     this consumer's 64 keys: dV += Pᵀ·dO and dK += dSᵀ·Q; with FUSED_DQ also this consumer's
-    share of the tile's dQ. With DQ_LAG that share's GEMMs are left in flight (returned as
-    `dq_prev` for the next tile), and the previous tile's share (`dq_prev`, rows m0_prev.. of
-    head h_prev) is added here, while this tile's Sᵀ and dPᵀ GEMMs run."""
+    share of the tile's dQ."""
     dtype: gl.constexpr = smem.q.dtype
     # Pᵀ and dSᵀ as the A operand of dV/dK: the accumulator's registers, converted in place
     op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=kv_layout, k_width=2)
@@ -388,14 +344,6 @@ def _dkdv_tile(smem, bars, dq_accum, dk_acc, dv_acc, dq_prev, k, v, key0, t, sta
     sT = warpgroup_mma(k, q.permute([1, 0]), minus_lse, is_async=True)
     minus_delta = s_zero - gl.expand_dims(smem.delta.index(stage).load(col_layout), 0)
     dpT = warpgroup_mma(v, do.permute([1, 0]), minus_delta, is_async=True)
-    if DQ_LAG:
-        # wgmma groups retire in order: with Sᵀ and dPᵀ the only two left, the previous tile's
-        # dQ GEMMs are done; their atomics now overlap this tile's first GEMMs
-        dq_prev = warpgroup_mma_wait(2, deps=[dq_prev])
-        if t > 0:
-            if _dq_mine(t - 1, CONSUMER, HEAD_DIM):
-                _dq_add(dq_prev, dq_accum, b, h_prev, m0_prev, Hq, Sq, CONSUMER, BLOCK_M,
-                        HEAD_DIM)
     sT = warpgroup_mma_wait(1, deps=[sT])
     # ---- Pᵀ = exp(scale·Sᵀ − LSE); dV += Pᵀ·dO
     pT = gl.exp2(sT * qk_scale)
@@ -417,16 +365,8 @@ def _dkdv_tile(smem, bars, dq_accum, dk_acc, dv_acc, dq_prev, k, v, key0, t, sta
     mbarrier.arrive(bars.qdo_free.index(stage))
     if FUSED_DQ:
         mbarrier.wait(bars.ds_ready.index(slot), (t // 2) & 1)
-        if DQ_LAG:
-            # a slot is rewritten two tiles later: by then each consumer has waited for this
-            # tile's dQ GEMMs (at the start of the next tile), before it stored its next half
-            DQ_N: gl.constexpr = _dq_cols(HEAD_DIM)
-            dq_prev = warpgroup_mma_init(gl.zeros([BLOCK_M, DQ_N], gl.float32, _nvmma(DQ_N)))
-            if _dq_mine(t, CONSUMER, HEAD_DIM):
-                dq_prev = _dq_issue(smem, slot, CONSUMER, BLOCK_M, HEAD_DIM)
-        else:
-            _dq_share(smem, dq_accum, t, b, h, m0, slot, Hq, Sq, CONSUMER, BLOCK_M, HEAD_DIM)
-    return dk_acc, dv_acc, dq_prev
+        _dq_share(smem, dq_accum, t, b, h, m0, slot, Hq, Sq, CONSUMER, BLOCK_M, HEAD_DIM)
+    return dk_acc, dv_acc
 
 
 @gluon.jit
@@ -434,8 +374,7 @@ def _dkdv_consume(smem, bars, lse_ptr, delta_ptr, dq_accum, dk, dv,
                   dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
                   Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
                   CONSUMER: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr,
-                  STAGES: gl.constexpr, CAUSAL: gl.constexpr, FUSED_DQ: gl.constexpr,
-                  DQ_LAG: gl.constexpr):
+                  STAGES: gl.constexpr, CAUSAL: gl.constexpr, FUSED_DQ: gl.constexpr):
     """dK and dV of this consumer's 64 keys over every query tile of the program; with FUSED_DQ
     also its share of each tile's dQ."""
     s_layout: gl.constexpr = _nvmma(BLOCK_M)            # Sᵀ, dPᵀ: [64 keys, BLOCK_M queries]
@@ -448,34 +387,18 @@ def _dkdv_consume(smem, bars, lse_ptr, delta_ptr, dq_accum, dk, dv,
     dk_acc = gl.zeros([HALF_N, HEAD_DIM], gl.float32, kv_layout)
     dv_acc = gl.zeros([HALF_N, HEAD_DIM], gl.float32, kv_layout)
 
-    DQ_N: gl.constexpr = _dq_cols(HEAD_DIM)
-    # DQ_LAG: the last tile's dQ share, in flight from one tile into the next
-    dq_prev = warpgroup_mma_init(gl.zeros([BLOCK_M, DQ_N], gl.float32, _nvmma(DQ_N)))
-
     mbarrier.wait(bars.kv_ready, 0)
     h = blk.h_first
     m0 = blk.m_first
-    h_prev = h
-    m0_prev = m0
     stage = 0
     phase = 0
-    n_tiles = blk.num_tiles(Sq, BLOCK_M)
-    for t in range(n_tiles):
-        dk_acc, dv_acc, dq_prev = _dkdv_tile(
-            smem, bars, dq_accum, dk_acc, dv_acc, dq_prev, k, v, key0, t, stage, phase, blk.b,
-            h, m0, h_prev, m0_prev, Hq, Sq, Sk, qk_scale, s_layout, kv_layout, CONSUMER,
-            BLOCK_M, HEAD_DIM, STAGES, CAUSAL, FUSED_DQ, DQ_LAG)
-        h_prev = h
-        m0_prev = m0
+    for t in range(blk.num_tiles(Sq, BLOCK_M)):
+        dk_acc, dv_acc = _dkdv_tile(smem, bars, dq_accum, dk_acc, dv_acc, k, v, key0,
+                                    t, stage, phase, blk.b, h, m0, Hq, Sq, Sk, qk_scale,
+                                    s_layout, kv_layout, CONSUMER, BLOCK_M, HEAD_DIM, STAGES,
+                                    CAUSAL, FUSED_DQ)
         h, m0 = blk.next_tile(h, m0, Sq, BLOCK_M)
         stage, phase = _next_slot(stage, phase, STAGES)
-    if DQ_LAG:
-        # the last tile's share
-        dq_prev = warpgroup_mma_wait(0, deps=[dq_prev])
-        if n_tiles > 0:
-            if _dq_mine(n_tiles - 1, CONSUMER, HEAD_DIM):
-                _dq_add(dq_prev, dq_accum, blk.b, h_prev, m0_prev, Hq, Sq, CONSUMER, BLOCK_M,
-                        HEAD_DIM)
 
     # ---- epilogue: dK carries the softmax scale; keys no query sees get exact zeros
     _store_rows(dv, dv_stride_b, dv_stride_h, dv_stride_s, dv_acc, blk.b, blk.h_kv, key0, Sk,
@@ -489,11 +412,11 @@ def _dkdv_consumer0(smem, bars, lse_ptr, delta_ptr, dq_accum, dk, dv,
                     dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
                     Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
                     BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
-                    CAUSAL: gl.constexpr, FUSED_DQ: gl.constexpr, DQ_LAG: gl.constexpr):
+                    CAUSAL: gl.constexpr, FUSED_DQ: gl.constexpr):
     _dkdv_consume(smem, bars, lse_ptr, delta_ptr, dq_accum, dk, dv,
                   dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
                   Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
-                  0, BLOCK_M, HEAD_DIM, STAGES, CAUSAL, FUSED_DQ, DQ_LAG)
+                  0, BLOCK_M, HEAD_DIM, STAGES, CAUSAL, FUSED_DQ)
 
 
 @gluon.jit
@@ -501,11 +424,11 @@ def _dkdv_consumer1(smem, bars, lse_ptr, delta_ptr, dq_accum, dk, dv,
                     dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
                     Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
                     BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
-                    CAUSAL: gl.constexpr, FUSED_DQ: gl.constexpr, DQ_LAG: gl.constexpr):
+                    CAUSAL: gl.constexpr, FUSED_DQ: gl.constexpr):
     _dkdv_consume(smem, bars, lse_ptr, delta_ptr, dq_accum, dk, dv,
                   dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
                   Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
-                  1, BLOCK_M, HEAD_DIM, STAGES, CAUSAL, FUSED_DQ, DQ_LAG)
+                  1, BLOCK_M, HEAD_DIM, STAGES, CAUSAL, FUSED_DQ)
 
 
 @gluon.jit
@@ -513,7 +436,7 @@ def _dkdv_program(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_accum,
                   dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
                   Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
                   BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
-                  CAUSAL: gl.constexpr, FUSED_DQ: gl.constexpr, DQ_LAG: gl.constexpr,
+                  CAUSAL: gl.constexpr, FUSED_DQ: gl.constexpr,
                   CONSUMER_REGS: gl.constexpr, LOAD_REGS: gl.constexpr):
     dtype: gl.constexpr = q_desc.dtype
     k = gl.allocate_shared_memory(dtype, [2] + k_desc.block_type.shape, k_desc.layout)
@@ -545,12 +468,12 @@ def _dkdv_program(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_accum,
                            dk_stride_b, dk_stride_h, dk_stride_s,
                            dv_stride_b, dv_stride_h, dv_stride_s,
                            Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
-                           BLOCK_M, HEAD_DIM, STAGES, CAUSAL, FUSED_DQ, DQ_LAG)),
+                           BLOCK_M, HEAD_DIM, STAGES, CAUSAL, FUSED_DQ)),
         (_dkdv_consumer1, (smem, bars, lse_ptr, delta_ptr, dq_accum, dk, dv,
                            dk_stride_b, dk_stride_h, dk_stride_s,
                            dv_stride_b, dv_stride_h, dv_stride_s,
                            Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
-                           BLOCK_M, HEAD_DIM, STAGES, CAUSAL, FUSED_DQ, DQ_LAG)),
+                           BLOCK_M, HEAD_DIM, STAGES, CAUSAL, FUSED_DQ)),
         (_dkdv_load, (q_desc, k_desc, v_desc, do_desc, smem, bars, lse_ptr, delta_ptr,
                       Hq, Hkv, Sq, Sk, qk_scale, BLOCK_M, STAGES, CAUSAL)),
     ], [4, 1], [CONSUMER_REGS, LOAD_REGS])
@@ -562,14 +485,14 @@ def attn_bwd_dkdv_dq_atomic(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr,
                             dv_stride_b, dv_stride_h, dv_stride_s,
                             Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
                             BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
-                            CAUSAL: gl.constexpr, DQ_LAG: gl.constexpr,
+                            CAUSAL: gl.constexpr,
                             CONSUMER_REGS: gl.constexpr, LOAD_REGS: gl.constexpr):
-    """Fast variant: dK, dV, and dQ added into the fp32 accumulator (with DQ_LAG during the
-    next tile's first GEMMs). grid: (cdiv(Sk, 128), B * Hkv); num_warps = 4 (consumer 0)."""
+    """Fast variant: dK, dV, and dQ added into the fp32 accumulator.
+    grid: (cdiv(Sk, 128), B * Hkv); num_warps = 4 (consumer 0)."""
     _dkdv_program(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_accum, dk, dv,
                   dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
                   Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
-                  BLOCK_M, HEAD_DIM, STAGES, CAUSAL, True, DQ_LAG, CONSUMER_REGS, LOAD_REGS)
+                  BLOCK_M, HEAD_DIM, STAGES, CAUSAL, True, CONSUMER_REGS, LOAD_REGS)
 
 
 @gluon.jit
@@ -584,7 +507,7 @@ def attn_bwd_dkdv(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dk, dv,
     _dkdv_program(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, delta_ptr, dk, dv,
                   dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
                   Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
-                  BLOCK_M, HEAD_DIM, STAGES, CAUSAL, False, False, CONSUMER_REGS, LOAD_REGS)
+                  BLOCK_M, HEAD_DIM, STAGES, CAUSAL, False, CONSUMER_REGS, LOAD_REGS)
 
 
 # --------------------------------------------------------------------------------------------

@@ -22,8 +22,6 @@ The backward (bwd.py), three launches per variant. Config knobs:
                  so every run gives the same bits.
   qN          (det 1) key rows per K/V tile of the dQ kernel
   qS          (det 1) the dQ kernel's K/V ring depth, where it differs from `stages`
-  lag         (det 0, head dim 64) 1: a tile's dQ is added while the next tile's first GEMMs
-              run, not at the end of its own tile
 """
 import inspect
 
@@ -62,8 +60,6 @@ BWD_CONFIGS = (
     {"M": 64, "stages": 2, "det": 1, "qN": 64},
     {"M": 64, "stages": 3, "det": 1, "qN": 64},
     {"M": 64, "stages": 2, "det": 1, "qN": 128},
-    {"M": 64, "stages": 2, "det": 0, "lag": 1},
-    {"M": 64, "stages": 3, "det": 0, "lag": 1},
     {"M": 64, "stages": 3, "det": 1, "qN": 128, "qS": 2},
 )
 # fp32 registers per consumer thread: accumulators (dK + dV, or dQ) plus the two score tiles
@@ -141,8 +137,6 @@ def _bwd_steps(key: FunctionalKey, config) -> tuple[Step, ...]:
     dkdv_grid = ((("Sk", BWD_KEYS_PER_PROGRAM),), (("B", 1), ("Hkv", 1)), ())
     dkdv_consts = {"BLOCK_M": m, "HEAD_DIM": d, "STAGES": config["stages"],
                    "CAUSAL": key.causal, **regs}
-    if not det:
-        dkdv_consts["DQ_LAG"] = bool(config.get("lag", 0))
     dkdv = _step("bwd_dkdv", attn_bwd_dkdv if det else attn_bwd_dkdv_dq_atomic, dkdv_words,
                  dkdv_grid, dkdv_consts, dkdv_maps)
     if not det:
@@ -200,9 +194,6 @@ def excluded(arch: str, op: str, key: FunctionalKey, config) -> str | None:
     need = shared_memory_bytes(key.head_dim, config, op)
     if need > SHARED_MEMORY_BYTES:
         return f"needs {need // 1024} KiB shared memory; sm_90 has {SHARED_MEMORY_BYTES // 1024} KiB"
-    if op == "bwd" and config.get("lag") and key.head_dim > 64:
-        # measured (ptxas, triton 3.6): the in-flight dQ share beside dK, dV, Sᵀ and dPᵀ
-        return "spills about 4.6 KB at head dim 128 (the in-flight dQ share needs 32 registers)"
     if op == "bwd" and bwd_fp32_registers(key.head_dim, config) > BWD_MAX_FP32_REGS:
         return (f"{bwd_fp32_registers(key.head_dim, config)} fp32 accumulator/score registers "
                 f"per consumer thread would spill (limit {BWD_MAX_FP32_REGS})")
