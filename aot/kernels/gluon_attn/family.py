@@ -1,8 +1,10 @@
-"""The Gluon dual-wave (ping-pong) forward for sm_90: its launch step and declared variant space.
+"""The Gluon family for sm_90: the dual-wave (ping-pong) forward and the warp-specialized
+backward, their launch steps and declared variant spaces.
 
-Run and measured on the H200 (docs/gluon-family.md). The family has priority 1000, so it is
-never a family default: it serves where the tuning database picks it (141 of the 176 sm_90
-forward keys), with the triton default behind it for inputs a TMA descriptor cannot take.
+Run and measured on the H200 (docs/gluon-family.md, docs/gluon-bwd.md). The family has
+priority 1000, so it is never a family default: it serves where the tuning database picks it
+(141 of the 176 sm_90 forward keys; no backward key yet), with the triton default behind it for
+inputs a TMA descriptor cannot take.
 
 Config knobs:
   M           query rows per consumer warpgroup (a work tile is 2 * M rows)
