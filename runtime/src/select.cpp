@@ -88,51 +88,45 @@ Selector::Selector(const Archive& archive, const std::vector<KernelPlan>& plans)
   for (const TuningEntry& entry : archive.tuning().entries) {
     if (auto key = key_of(entry.op, entry.key)) tuned_[TunedKey{*key, entry.gqa, entry.sq, entry.sk}] = entry.kernel;
   }
-  fill_nearest();
+  index_entries();
 }
 
-void Selector::fill_nearest() {
+void Selector::index_entries() {
   const TuningRecord& tuning = archive_.tuning();
-  const std::vector<uint32_t>& gqas = tuning.gqa_bounds;
-  const std::vector<uint32_t>& seqs = tuning.seqlen_bounds;
-  auto position = [](const std::vector<uint32_t>& bounds, uint32_t value) {
-    return int32_t(std::lower_bound(bounds.begin(), bounds.end(), value) - bounds.begin());
-  };
-  // Entries per functional key, with their bucket positions, in a fixed order (gqa, sq, sk)
-  // so that equal distances resolve as in Python. Open runs this for every bucketed key, so
-  // the inner loop is integer arithmetic only.
-  struct Placed {
-    int32_t g, q, k;
-    uint32_t kernel, gqa, sq, sk;
-  };
-  std::map<uint64_t, std::vector<Placed>> by_functional;
   for (const auto& [key, kernel] : tuned_) {
-    by_functional[key.functional].push_back(
-        {position(gqas, key.gqa), position(seqs, key.sq), position(seqs, key.sk), kernel, key.gqa, key.sq, key.sk});
+    entries_by_functional_[key.functional].push_back(
+        {position(tuning.gqa_bounds, key.gqa), position(tuning.seqlen_bounds, key.sq),
+         position(tuning.seqlen_bounds, key.sk), kernel, key.gqa, key.sq, key.sk});
   }
-  for (auto& [functional, entries] : by_functional) {
-    std::sort(entries.begin(), entries.end(),
-              [](const Placed& a, const Placed& b) { return std::tie(a.g, a.q, a.k) < std::tie(b.g, b.q, b.k); });
-    for (int32_t g = 0; g < int32_t(gqas.size()); ++g) {
-      for (int32_t q = 0; q < int32_t(seqs.size()); ++q) {
-        for (int32_t k = 0; k < int32_t(seqs.size()); ++k) {
-          const TunedKey want{functional, gqas[g], seqs[q], seqs[k]};
-          if (tuned_.count(want)) continue;
-          const Placed* best = nullptr;
-          int32_t best_total = 0, best_gqa = 0;
-          for (const Placed& e : entries) {
-            const int32_t dg = std::abs(e.g - g), total = dg + std::abs(e.q - q) + std::abs(e.k - k);
-            if (!best || total < best_total || (total == best_total && dg < best_gqa)) {
-              best = &e;
-              best_total = total;
-              best_gqa = dg;
-            }
-          }
-          nearest_.emplace(want, NearestEntry{best->kernel, best->gqa, best->sq, best->sk});
-        }
-      }
+  // A fixed order (gqa, sq, sk), so that equal distances resolve as in Python.
+  for (auto& [functional, entries] : entries_by_functional_) {
+    std::sort(entries.begin(), entries.end(), [](const PlacedEntry& a, const PlacedEntry& b) {
+      return std::tie(a.g, a.q, a.k) < std::tie(b.g, b.q, b.k);
+    });
+  }
+}
+
+int32_t Selector::position(const std::vector<uint32_t>& bounds, uint32_t value) {
+  return int32_t(std::lower_bound(bounds.begin(), bounds.end(), value) - bounds.begin());
+}
+
+const Selector::PlacedEntry* Selector::nearest_entry(const TunedKey& key) const {
+  auto found = entries_by_functional_.find(key.functional);
+  if (found == entries_by_functional_.end()) return nullptr;
+  const TuningRecord& tuning = archive_.tuning();
+  const int32_t g = position(tuning.gqa_bounds, key.gqa), q = position(tuning.seqlen_bounds, key.sq),
+                k = position(tuning.seqlen_bounds, key.sk);
+  const PlacedEntry* best = nullptr;
+  int32_t best_total = 0, best_gqa = 0;
+  for (const PlacedEntry& e : found->second) {  // a few dozen entries, integer arithmetic
+    const int32_t dg = std::abs(e.g - g), total = dg + std::abs(e.q - q) + std::abs(e.k - k);
+    if (!best || total < best_total || (total == best_total && dg < best_gqa)) {
+      best = &e;
+      best_total = total;
+      best_gqa = dg;
     }
   }
+  return best;
 }
 
 std::optional<std::pair<uint32_t, Origin>> Selector::tuned_candidate(const Problem& p, uint64_t functional,
@@ -156,8 +150,8 @@ std::optional<std::pair<uint32_t, Origin>> Selector::tuned_candidate(const Probl
     note("tuned entry");
     return std::make_pair(found->second, Origin::Tuned);
   }
-  if (auto near = nearest_.find(key); near != nearest_.end()) {
-    const NearestEntry& e = near->second;
+  if (const PlacedEntry* near = nearest_entry(key)) {
+    const PlacedEntry& e = *near;
     if (trace) {
       note("no tuned entry; nearest tuned entry gqa" + std::to_string(e.gqa) + " sq" + std::to_string(e.sq) + " sk" +
            std::to_string(e.sk));

@@ -78,9 +78,17 @@ class Selector {
   // functional key), if the archive has one.
   std::optional<std::pair<uint32_t, Origin>> tuned_candidate(const Problem& problem, uint64_t functional,
                                                              std::vector<std::string>* trace) const;
-  // For every bucketed key of a functional key that has entries but not this one: the
-  // nearest entry (index distance over the bucket boundaries; python's nearest_entry).
-  void fill_nearest();
+  // A tuning entry placed by its bucket positions (indices into the boundaries).
+  struct PlacedEntry {
+    int32_t g, q, k;
+    uint32_t kernel, gqa, sq, sk;
+  };
+  static int32_t position(const std::vector<uint32_t>& bounds, uint32_t value);
+  void index_entries();
+  // The entry of key's functional key nearest to it (bucket steps summed over GQA class, Sq,
+  // Sk; ties by the GQA steps, then the smallest key: python's nearest_entry), or null. Asked
+  // only when the key has no entry of its own; a scan of that functional key's entries.
+  const PlacedEntry* nearest_entry(const TunedKey& key) const;
   // The kernel attnpack_problem.kernel names; throws INVALID_ARGUMENT if the archive lacks it.
   uint32_t forced_kernel(const Problem& problem) const;
 
@@ -88,11 +96,7 @@ class Selector {
   const std::vector<KernelPlan>& plans_;
   std::unordered_map<uint64_t, uint32_t> defaults_;  // key -> kernel
   std::unordered_map<TunedKey, uint32_t, TunedKeyHash> tuned_;  // tuning entries -> kernel
-  struct NearestEntry {
-    uint32_t kernel;
-    uint32_t gqa, sq, sk;  // the entry's own buckets, for explain
-  };
-  std::unordered_map<TunedKey, NearestEntry, TunedKeyHash> nearest_;
+  std::unordered_map<uint64_t, std::vector<PlacedEntry>> entries_by_functional_;
   // What is built, for the reason a problem is not served.
   std::set<std::string> ops_;
   std::set<std::pair<std::string, std::string>> dtypes_;               // (op, dtype)
