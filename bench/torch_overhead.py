@@ -13,8 +13,8 @@
    loading the kernel image (attnpack), or cuDNN's first graph.
 Every attnpack row names the kernel that served it (attnpack.torch.stats()). The first-call
 and cold-start measurements are attnpack.bench.dynamic's, which `attnpack bench` reports too.
-Needs the built extension (python/attnpack/torch/_lib or ATTNPACK_TORCH_LIB) and a bundle for
-this GPU (ATTNPACK_BUNDLE_DIR).
+Needs the built extension and a bundle for this GPU, where the package finds them (build/ of
+this checkout, an installed wheel, or ATTNPACK_TORCH_LIB and ATTNPACK_BUNDLE_DIR; docs/torch.md).
 """
 from __future__ import annotations
 

@@ -39,7 +39,7 @@ cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE
 TORCH_PREFIX=$($PY -c 'import torch; print(torch.utils.cmake_prefix_path)')
 EXT=(-S python/attnpack/torch/csrc -B build-gpu/torch -G Ninja -DCMAKE_BUILD_TYPE=Release
      -DCMAKE_PREFIX_PATH="$TORCH_PREFIX" -DPython3_EXECUTABLE="$(command -v $PY)"
-     -DATTNPACK_MSGPACK_INCLUDE_DIR="$MSGPACK_INCLUDE" -DATTNPACK_TORCH_COPY_TO_PACKAGE=OFF)
+     -DATTNPACK_MSGPACK_INCLUDE_DIR="$MSGPACK_INCLUDE")
 { cmake "${EXT[@]}" || cmake "${EXT[@]}" -DATTNPACK_TORCH_FIND_PACKAGE=OFF; } 2>&1 | tee -a "$LOGS/build.log" | tail -3
 cmake --build build-gpu/torch 2>&1 | tee -a "$LOGS/build.log" | tail -3
 export ATTNPACK_TORCH_LIB=$PWD/build-gpu/torch/libattnpack_torch.so

@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
-# From a fresh machine to libattnpack plus the default bundle, verified:
-#   system packages -> .venv (torch, triton, build/test deps) -> cmake build -> inspect.
-# No GPU needed. Re-running it is cheap: the compile cache keeps finished kernels.
+# From a fresh machine to libattnpack, the default bundle and the PyTorch extension, verified:
+#   system packages -> .venv (torch, triton, build/test deps, attnpack editable) -> cmake build
+#   -> inspect. No GPU needed. Re-running it is cheap: the compile cache keeps finished kernels.
+# The package finds what this builds in build/ by itself (python/attnpack/_locate.py), so
+# `import attnpack.torch; attnpack.torch.enable()` and `attnpack explain` need no variables.
 # Environment: ATTNPACK_TARGET_ARCHS (default: python/attnpack/targets.py's default set,
-# sm_90;gfx942;gfx950), BUILD_DIR (default build).
+# sm_90;gfx942;gfx950), BUILD_DIR (default build;
+# another folder is reached through ATTNPACK_RUNTIME_LIB/ATTNPACK_TORCH_LIB/ATTNPACK_BUNDLE_DIR).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
@@ -23,16 +26,15 @@ PY=.venv/bin/python
 $PY -m pip install -q --upgrade pip >/dev/null
 # torch is pinned only when absent: a bare `torch` would pull a multi-GB CUDA build.
 $PY -c "import torch" 2>/dev/null || $PY -m pip install -q "torch==2.13.0"
+# The editable install is the Python package alone (pyproject.toml: no CMake run in it).
 $PY -m pip install -q "triton==3.6.0" "numpy<2.4" "msgpack-cxx==7.0.0" -e ".[build,test]"
 
+# One CMake build: libattnpack (build/runtime), the archives (build/bundle) and the PyTorch
+# extension (build/torch/libattnpack_torch.so), built against the installed torch.
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DPython3_EXECUTABLE="$PWD/$PY" -DATTNPACK_TARGET_ARCHS="$ARCHS"
+  -DPython3_EXECUTABLE="$PWD/$PY" -DATTNPACK_TARGET_ARCHS="$ARCHS" -DATTNPACK_BUILD_TORCH=ON \
+  -DCMAKE_PREFIX_PATH="$($PY -c 'import torch; print(torch.utils.cmake_prefix_path)')"
 cmake --build "$BUILD_DIR"
-# The PyTorch extension (attnpack.torch), built against the installed torch.
-cmake -S python/attnpack/torch/csrc -B "$BUILD_DIR/torch" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_PREFIX_PATH="$($PY -c 'import torch; print(torch.utils.cmake_prefix_path)')" \
-  -DPython3_EXECUTABLE="$PWD/$PY" -DATTNPACK_TORCH_COPY_TO_PACKAGE=OFF
-cmake --build "$BUILD_DIR/torch"
 
 for apk in "$BUILD_DIR"/bundle/*.apk; do
   $PY -m attnpack.cli inspect "$apk" | head -2

@@ -44,6 +44,10 @@ SIZES = ("B", "Hq", "Hkv", "Sq", "Sk")
 # last extent is D, beside the descriptor); never a grid factor or workspace size.
 HEAD_DIM = "D"
 
+# Workspace buffer extents: the sizes, and the head dim (a per-row buffer such as an fp32
+# dQ accumulator [B, Hq, Sq, D]).
+WORKSPACE_SIZES = SIZES + (HEAD_DIM,)
+
 # Float scalars: the softmax scale and the same scale times log2(e) (kernels use exp2).
 FLOATS = ("sm_scale", "sm_scale_log2")
 
@@ -52,8 +56,6 @@ TRITON_SCRATCH = ("global_scratch", "profile_scratch")
 
 # Grid factors may also name the device's multiprocessor count (for persistent grids).
 GRID_VARS = SIZES + ("num_sms",)
-# Workspace buffers are shaped by sizes and the head dim (an accumulator [B, Hq, Sq, D]).
-WORKSPACE_SIZES = SIZES + (HEAD_DIM,)
 
 # Derived integer words: the GQA group size Hq / Hkv (the selector has checked Hq % Hkv == 0).
 GQA_GROUP = "Hq_per_Hkv"

@@ -305,17 +305,19 @@ def db_explain(file, shape, dtype, causal, op, as_json):
         key = problem_key(op, dtype, d, causal, hq, hkv, sq, sk)
     except ValueError as e:
         raise click.ClickException(str(e))
-    entry = tdb.entries.get(key)
+    entry, rule = tdb.select(op, dtype, d, causal, hq, hkv, sq, sk)
     if as_json:
-        click.echo(json.dumps({"bucket": key.as_dict(), "entry": entry}, indent=1))
+        click.echo(json.dumps({"bucket": key.as_dict(), "rule": rule, "entry": entry}, indent=1))
         return
     click.echo(f"shape B={b} Hq={hq} Hkv={hkv} Sq={sq} Sk={sk} D={d} {dtype} "
                f"{'causal' if causal else 'full'} {op}")
     click.echo(f"bucket: {key.text}")
     if entry is None:
-        click.echo("no entry: the archive's per-functional default serves it")
+        click.echo("no entry for this functional key: the archive's per-functional default serves it")
     else:
-        click.echo(f"entry:  {entry['family']} {entry['kernel']}"
+        origin = "entry: " if rule == "tuned" else (
+            f"no entry; nearest entry (gqa{entry['gqa']} sq{entry['sq']} sk{entry['sk']}): ")
+        click.echo(f"{origin}{entry['family']} {entry['kernel']}"
                    + (f", {entry['time_us']:.1f} us" if entry.get("time_us") else ""))
 
 
@@ -329,7 +331,9 @@ def db_explain(file, shape, dtype, causal, op, as_json):
 @click.option("--device", type=int, default=None, help="CUDA device index (default: the current one).")
 @click.option("--archive", type=click.Path(exists=True, dir_okay=False), default=None,
               help="Explain against this archive instead of the GPU's (no GPU needed).")
-@click.option("--arch", default=None, help="With --archive: the GPU arch to assume (sm_90, ...).")
+@click.option("--arch", default=None,
+              help="The GPU arch to assume (sm_90, ...); without --archive, the installed "
+                   "archive for it (`attnpack locate`), no GPU needed.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def explain_sdpa(shape, dtype, causal, op, dropout_p, deterministic, device, archive, arch, as_json):
     """Which kernel serves an F.sdpa call with attnpack enabled, or why PyTorch's own does.
@@ -338,7 +342,10 @@ def explain_sdpa(shape, dtype, causal, op, dropout_p, deterministic, device, arc
     Example:
       attnpack explain --shape 2,32,8,4096,4096,128 --dtype bf16 --causal
       attnpack explain --shape 1,8,8,100,1000,64 --causal --op bwd --archive out/attnpack-0.1.0-sm_90.apk --arch sm_90
+      attnpack explain --shape 1,8,8,128,128,64 --arch sm_90      # the installed sm_90 archive
     """
+    if arch and not archive:
+        archive = _packaged_archive(arch)
     try:
         import attnpack.torch as attnpack_torch
         result = attnpack_torch.explain(_parse_shape(shape), dtype, causal, op, dropout_p=dropout_p,
@@ -360,6 +367,47 @@ def explain_sdpa(shape, dtype, causal, op, dropout_p, deterministic, device, arc
         click.echo(f"fallback: PyTorch's own kernel -- {result['reason']}")
     if result.get("runtime"):
         click.echo("\n" + result["runtime"].rstrip())
+
+
+def _packaged_archive(arch: str) -> str:
+    from attnpack import _locate
+    found = [p for p in _locate.packaged_archives() if p.name.endswith(f"-{arch}.apk")]
+    if len(found) != 1:
+        where = _locate.bundle_directory() or "no archive folder (see `attnpack locate`)"
+        raise click.ClickException(f"{len(found)} archives for {arch} in {where}; "
+                                   "name one with --archive")
+    return str(found[0])
+
+
+@main.command("locate")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+def locate(as_json):
+    """Where this installation finds libattnpack, the PyTorch extension and the archives
+    (override with ATTNPACK_RUNTIME_LIB, ATTNPACK_TORCH_LIB, ATTNPACK_BUNDLE_DIR).
+
+    \b
+    Example:
+      attnpack locate
+      attnpack inspect $(attnpack locate --json | python -c 'import json,sys; print(*json.load(sys.stdin)["archives"])')
+    """
+    from attnpack import _locate
+
+    def first(candidates):
+        return next((str(c) for c in candidates if c.is_file()), None)
+    found = {"package": str(_locate.PACKAGE_DIR),
+             "runtime": first(_locate.runtime_library_candidates()),
+             "torch_extension": first(_locate.torch_library_candidates()),
+             "bundle_dir": _locate.bundle_directory() or None,
+             "archives": [str(p) for p in _locate.packaged_archives()]}
+    if as_json:
+        click.echo(json.dumps(found, indent=1))
+    else:
+        for key, value in found.items():
+            if key == "archives":
+                value = ", ".join(Path(v).name for v in value) or None
+            click.echo(f"{key + ':':17}{value if value else 'not found'}")
+    if not (found["runtime"] and found["archives"]):
+        sys.exit(1)
 
 
 @main.command("bench")

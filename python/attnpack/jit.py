@@ -18,8 +18,7 @@ LOG2E = 1.4426950408889634
 
 
 def problem_sizes(q: torch.Tensor, k: torch.Tensor) -> dict[str, int]:
-    return {"B": q.shape[0], "Hq": q.shape[1], "Hkv": k.shape[1], "Sq": q.shape[2], "Sk": k.shape[2],
-            "D": q.shape[3]}
+    return {"B": q.shape[0], "Hq": q.shape[1], "Hkv": k.shape[1], "Sq": q.shape[2], "Sk": k.shape[2]}
 
 
 def grid_extent(grid, sizes: Mapping[str, int]) -> tuple[int, int, int]:
@@ -33,8 +32,9 @@ def grid_extent(grid, sizes: Mapping[str, int]) -> tuple[int, int, int]:
 
 
 def workspace_tensors(variant: Variant, sizes: Mapping[str, int], device) -> dict[str, torch.Tensor]:
-    return {w.name: torch.empty([sizes[s] for s in w.shape], dtype=torch.float32, device=device)
-            for w in variant.workspace}  # sizes holds D too (problem_sizes)
+    extents = {**sizes, abi.HEAD_DIM: variant.key.head_dim}
+    return {w.name: torch.empty([extents[s] for s in w.shape], dtype=torch.float32, device=device)
+            for w in variant.workspace}
 
 
 def resolve(word: str, tensors: Mapping[str, torch.Tensor], sizes: Mapping[str, int],

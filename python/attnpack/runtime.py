@@ -1,8 +1,8 @@
 """ctypes binding of libattnpack, the C runtime (runtime/include/attnpack/attnpack.h).
 
 For tests, benchmarks and the tuning CLI; PyTorch's SDPA path links the C API directly.
-The library is found through $ATTNPACK_RUNTIME_LIB, then the build folders of this checkout
-(build/runtime, build/rt), then next to this package.
+The library is found as attnpack/_locate.py says: $ATTNPACK_RUNTIME_LIB, then attnpack/lib/
+(an installed wheel), then the build folders of this checkout (build/runtime, build/rt).
 
     from attnpack import runtime
     with runtime.Bundle("out/attnpack-0.1.0-sm_90.apk") as bundle:
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Mapping
 
-_REPO = Path(__file__).resolve().parents[2]
-_LIBRARY_NAME = "libattnpack.so"
+from attnpack import _locate
+
 
 
 class Status(enum.IntEnum):
@@ -113,12 +113,7 @@ class LaunchParams(ctypes.Structure):
 
 
 def library_candidates() -> list[Path]:
-    env = os.environ.get("ATTNPACK_RUNTIME_LIB")
-    if env:
-        return [Path(env)]
-    here = Path(__file__).resolve().parent
-    return [_REPO / "build" / "runtime" / _LIBRARY_NAME, _REPO / "build" / "rt" / _LIBRARY_NAME,
-            here / "lib" / _LIBRARY_NAME, here / _LIBRARY_NAME]
+    return _locate.runtime_library_candidates()
 
 
 _lib: ctypes.CDLL | None = None

@@ -506,15 +506,15 @@ KernelPlan plan_kernel(const Archive& archive, const KernelRecord& kernel) {
   KernelPlan plan;
   plan.record = &kernel;
   for (const WorkspaceRecord& buffer : kernel.workspace) {
-    std::vector<Fact> shape;
+    std::vector<SizeId> shape;
     for (const std::string& word : buffer.shape) {
-      std::optional<Fact> fact = find_fact(word);
-      if (!fact || *fact == Fact::GqaGroup || *fact == Fact::NumSms) {  // abi.WORKSPACE_SIZES
+      int size = word == "D" ? int(kWorkspaceHeadDim) : find_word(kSizeWords, kSk + 1, word);
+      if (size < 0) {
         plan.defect = "workspace " + buffer.name + " has size word '" + word +
                       "', which is not in this runtime's vocabulary — update the runtime";
         return plan;
       }
-      shape.push_back(*fact);
+      shape.push_back(SizeId(size));
     }
     plan.workspace_shapes.push_back(std::move(shape));
   }
@@ -570,11 +570,13 @@ std::array<uint32_t, 3> program_grid(const StepPlan& step, const Problem& proble
 WorkspaceLayout layout_workspace(const KernelPlan& plan, const Problem& problem) {
   WorkspaceLayout layout;
   uint64_t offset = 0;
-  for (const std::vector<Fact>& shape : plan.workspace_shapes) {
+  for (const std::vector<SizeId>& shape : plan.workspace_shapes) {
     offset = align_up(offset, kWorkspaceAlign);
     layout.buffer_offsets.push_back(offset);
     uint64_t bytes = sizeof(float);
-    for (Fact size : shape) bytes = checked_multiply(bytes, uint64_t(fact_value(size, problem)), "the workspace size");
+    for (SizeId size : shape) {
+      bytes = checked_multiply(bytes, uint64_t(workspace_extent(problem, size)), "the workspace size");
+    }
     offset += bytes;
   }
   // One scratch region, shared by the steps: they run one after another on one stream.
@@ -638,8 +640,8 @@ TensorMapEncode tensormap_arguments(const TensorMapPlan& map, const KernelPlan& 
       encode.data_type = 7;
       break;
     case BufferRef::Workspace: {
-      const std::vector<Fact>& shape = plan.workspace_shapes[map.buffer.index];
-      for (size_t i = 0; i < shape.size(); ++i) extents[i] = fact_value(shape[i], problem);
+      const std::vector<SizeId>& shape = plan.workspace_shapes[map.buffer.index];
+      for (size_t i = 0; i < shape.size(); ++i) extents[i] = workspace_extent(problem, shape[i]);
       encode.rank = uint32_t(shape.size());
       encode.address = buffers.workspace[map.buffer.index];
       encode.data_type = 7;

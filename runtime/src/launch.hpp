@@ -99,10 +99,18 @@ struct StepPlan {
   bool grid_uses_num_sms = false;
 };
 
+// A workspace extent may also be the head dim ("D": an fp32 dQ accumulator [B, Hq, Sq, D]);
+// it takes the first id past the size words, which no grid factor uses.
+constexpr SizeId kWorkspaceHeadDim = SizeId(kNumSizeWords);
+inline int64_t workspace_extent(const Problem& problem, SizeId id) {
+  return id == kWorkspaceHeadDim ? int64_t(problem.head_dim) : problem.sizes[id];
+}
+
 struct KernelPlan {
   const KernelRecord* record = nullptr;
   std::vector<StepPlan> steps;
-  std::vector<std::vector<Fact>> workspace_shapes;  // per declared buffer
+  // Per declared buffer: its extents, each a SizeId or kWorkspaceHeadDim (the word "D").
+  std::vector<std::vector<SizeId>> workspace_shapes;
   std::vector<RequirementPlan> requirements;
   bool requires_num_sms = false;  // a requirement names the device's multiprocessor count
   bool uses_tensor[kNumTensors] = {};

@@ -1,6 +1,9 @@
 #include "select.hpp"
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <tuple>
 
 #include "error.hpp"
 
@@ -38,6 +41,7 @@ const char* origin_word(Origin origin) {
   switch (origin) {
     case Origin::Forced: return "forced ";
     case Origin::Tuned: return "tuned ";
+    case Origin::Nearest: return "nearest tuned ";
     case Origin::Default: return "default ";
   }
   return "";
@@ -84,10 +88,49 @@ Selector::Selector(const Archive& archive, const std::vector<KernelPlan>& plans)
   for (const TuningEntry& entry : archive.tuning().entries) {
     if (auto key = key_of(entry.op, entry.key)) tuned_[TunedKey{*key, entry.gqa, entry.sq, entry.sk}] = entry.kernel;
   }
+  index_entries();
 }
 
-std::optional<uint32_t> Selector::tuned_candidate(const Problem& p, uint64_t functional,
-                                                  std::vector<std::string>* trace) const {
+void Selector::index_entries() {
+  const TuningRecord& tuning = archive_.tuning();
+  for (const auto& [key, kernel] : tuned_) {
+    entries_by_functional_[key.functional].push_back(
+        {position(tuning.gqa_bounds, key.gqa), position(tuning.seqlen_bounds, key.sq),
+         position(tuning.seqlen_bounds, key.sk), kernel, key.gqa, key.sq, key.sk});
+  }
+  // A fixed order (gqa, sq, sk), so that equal distances resolve as in Python.
+  for (auto& [functional, entries] : entries_by_functional_) {
+    std::sort(entries.begin(), entries.end(), [](const PlacedEntry& a, const PlacedEntry& b) {
+      return std::tie(a.g, a.q, a.k) < std::tie(b.g, b.q, b.k);
+    });
+  }
+}
+
+int32_t Selector::position(const std::vector<uint32_t>& bounds, uint32_t value) {
+  return int32_t(std::lower_bound(bounds.begin(), bounds.end(), value) - bounds.begin());
+}
+
+const Selector::PlacedEntry* Selector::nearest_entry(const TunedKey& key) const {
+  auto found = entries_by_functional_.find(key.functional);
+  if (found == entries_by_functional_.end()) return nullptr;
+  const TuningRecord& tuning = archive_.tuning();
+  const int32_t g = position(tuning.gqa_bounds, key.gqa), q = position(tuning.seqlen_bounds, key.sq),
+                k = position(tuning.seqlen_bounds, key.sk);
+  const PlacedEntry* best = nullptr;
+  int32_t best_total = 0, best_gqa = 0;
+  for (const PlacedEntry& e : found->second) {  // a few dozen entries, integer arithmetic
+    const int32_t dg = std::abs(e.g - g), total = dg + std::abs(e.q - q) + std::abs(e.k - k);
+    if (!best || total < best_total || (total == best_total && dg < best_gqa)) {
+      best = &e;
+      best_total = total;
+      best_gqa = dg;
+    }
+  }
+  return best;
+}
+
+std::optional<std::pair<uint32_t, Origin>> Selector::tuned_candidate(const Problem& p, uint64_t functional,
+                                                                     std::vector<std::string>* trace) const {
   if (tuned_.empty() && !trace) return std::nullopt;  // the launch path skips the bucketing
   const TuningRecord& tuning = archive_.tuning();
   if (tuning.seqlen_bounds.empty() || tuning.gqa_bounds.empty()) {
@@ -96,14 +139,27 @@ std::optional<uint32_t> Selector::tuned_candidate(const Problem& p, uint64_t fun
   }
   const TunedKey key{functional, bucket_of(p.sizes[kHq] / p.sizes[kHkv], tuning.gqa_bounds),
                      bucket_of(p.sizes[kSq], tuning.seqlen_bounds), bucket_of(p.sizes[kSk], tuning.seqlen_bounds)};
-  auto found = tuned_.find(key);
-  if (trace) {
-    trace->push_back("tuning key: " + functional_text(p) + " gqa" + std::to_string(key.gqa) + " sq" +
-                     std::to_string(key.sq) + " sk" + std::to_string(key.sk) +
-                     (found == tuned_.end() ? ": no tuned entry" : ": tuned entry"));
+  // Spelled out for explain only: the launch path builds no strings.
+  auto note = [&](const std::string& verdict) {
+    if (trace) {
+      trace->push_back("tuning key: " + functional_text(p) + " gqa" + std::to_string(key.gqa) + " sq" +
+                       std::to_string(key.sq) + " sk" + std::to_string(key.sk) + ": " + verdict);
+    }
+  };
+  if (auto found = tuned_.find(key); found != tuned_.end()) {
+    note("tuned entry");
+    return std::make_pair(found->second, Origin::Tuned);
   }
-  if (found == tuned_.end()) return std::nullopt;
-  return found->second;
+  if (const PlacedEntry* near = nearest_entry(key)) {
+    const PlacedEntry& e = *near;
+    if (trace) {
+      note("no tuned entry; nearest tuned entry gqa" + std::to_string(e.gqa) + " sq" + std::to_string(e.sq) + " sk" +
+           std::to_string(e.sk));
+    }
+    return std::make_pair(e.kernel, Origin::Nearest);
+  }
+  note("no tuned entry");
+  return std::nullopt;
 }
 
 uint32_t Selector::forced_kernel(const Problem& p) const {
@@ -232,7 +288,7 @@ Selection Selector::select(const Problem& p, std::vector<std::string>* trace) co
     const uint64_t functional = key_of(p.op, p.dtype, p.head_dim, p.causal);
     auto found = defaults_.find(functional);
     if (found == defaults_.end()) return unsupported(unbuilt_reason(p));
-    if (auto tuned = tuned_candidate(p, functional, trace)) candidates[count++] = {*tuned, Origin::Tuned};
+    if (auto tuned = tuned_candidate(p, functional, trace)) candidates[count++] = {tuned->first, tuned->second};
     candidates[count++] = {found->second, Origin::Default};
   }
   std::string mismatch;

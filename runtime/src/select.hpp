@@ -3,8 +3,10 @@
 // A problem naming a kernel (attnpack_problem.kernel, for `attnpack tune`) gets exactly that
 // one. Otherwise the archive's tuning entries are tried first: the problem's (op, dtype, head
 // dim, causal) plus its bucketed Hq/Hkv, Sq and Sk, bucketed by the rule of
-// python/attnpack/tune/buckets.py over the boundaries the archive carries. The `selection`
-// table's default for the functional key is the fallback.
+// python/attnpack/tune/buckets.py over the boundaries the archive carries. A bucketed key
+// without an entry takes the nearest entry of the same functional key (the rule of
+// python/attnpack/tune/db.py `nearest_entry`, docs/tuning.md); the `selection` table's
+// default for the functional key serves only where the functional key has no entry at all.
 #pragma once
 
 #include <cstdint>
@@ -23,7 +25,7 @@
 namespace attnpack {
 
 // Where the chosen kernel came from.
-enum class Origin : uint8_t { Forced, Tuned, Default };
+enum class Origin : uint8_t { Forced, Tuned, Nearest, Default };
 
 struct Selection {
   const KernelPlan* plan = nullptr;  // null: unsupported
@@ -73,9 +75,21 @@ class Selector {
   };
 
   std::string unbuilt_reason(const Problem& problem) const;
-  // The tuning entry's kernel for this problem, if the archive has one.
-  std::optional<uint32_t> tuned_candidate(const Problem& problem, uint64_t functional,
-                                          std::vector<std::string>* trace) const;
+  // The tuning entry's kernel for this problem (its own entry, else the nearest one of its
+  // functional key), if the archive has one.
+  std::optional<std::pair<uint32_t, Origin>> tuned_candidate(const Problem& problem, uint64_t functional,
+                                                             std::vector<std::string>* trace) const;
+  // A tuning entry placed by its bucket positions (indices into the boundaries).
+  struct PlacedEntry {
+    int32_t g, q, k;
+    uint32_t kernel, gqa, sq, sk;
+  };
+  static int32_t position(const std::vector<uint32_t>& bounds, uint32_t value);
+  void index_entries();
+  // The entry of key's functional key nearest to it (bucket steps summed over GQA class, Sq,
+  // Sk; ties by the GQA steps, then the smallest key: python's nearest_entry), or null. Asked
+  // only when the key has no entry of its own; a scan of that functional key's entries.
+  const PlacedEntry* nearest_entry(const TunedKey& key) const;
   // The kernel attnpack_problem.kernel names; throws INVALID_ARGUMENT if the archive lacks it.
   uint32_t forced_kernel(const Problem& problem) const;
 
@@ -83,6 +97,7 @@ class Selector {
   const std::vector<KernelPlan>& plans_;
   std::unordered_map<uint64_t, uint32_t> defaults_;  // key -> kernel
   std::unordered_map<TunedKey, uint32_t, TunedKeyHash> tuned_;  // tuning entries -> kernel
+  std::unordered_map<uint64_t, std::vector<PlacedEntry>> entries_by_functional_;
   // What is built, for the reason a problem is not served.
   std::set<std::string> ops_;
   std::set<std::pair<std::string, std::string>> dtypes_;               // (op, dtype)

@@ -21,7 +21,6 @@ from attnpack.builder.build import plan_variants
 from attnpack.family import load_families
 from test_runtime_fixtures import PARAM_ALIGN, PARAM_SIZE, param_offsets
 
-LOG2E = 1.4426950408889634
 KERNEL = "gluon/fwd/bf16-d128-causal/M64_N128_stages2"
 PERSISTENT = "gluon/fwd/bf16-d128-causal/M64_N128_stages2_persistent1"
 
@@ -32,7 +31,7 @@ def gluon_archive(tmp_path_factory):
     with the checked-in tuning database present (its triton entries are filtered out, not an error)."""
     out = tmp_path_factory.mktemp("gluon")
     req = BuildRequest(archs=("sm_90",), out_dir=out, all_variants=True, families=("gluon",),
-                       dtypes=("bf16",), head_dims=(128,), jobs=2,
+                       ops=("fwd",), dtypes=("bf16",), head_dims=(128,), jobs=2,
                        cache_dir=tmp_path_factory.mktemp("cache"))
     [path] = build_archives(req)
     return path
@@ -42,7 +41,7 @@ def test_archive_verifies_with_no_problems(gluon_archive):
     ar, problems, warnings = verify_archive(gluon_archive)
     assert problems == [] and warnings == []
     declared = [v.name for v in load_families()["gluon"].all_variants("sm_90")
-                if v.key.dtype == "bf16" and v.key.head_dim == 128]
+                if v.op == "fwd" and v.key.dtype == "bf16" and v.key.head_dim == 128]
     # 12 configs, causal and full, less the persistent N128 3-stage one, whose 256 KiB of shared
     # memory sm_90 does not have
     assert sorted(k["name"] for k in ar.kernels) == sorted(declared) and len(declared) == 22
@@ -60,7 +59,7 @@ def test_descriptor_params_are_tritons_expansion_at_the_cubins_offsets(gluon_arc
         *expansion("q_desc", "q"), *expansion("k_desc", "k"), *expansion("v_desc", "v"),
         *expansion("o_desc", "o"), ["lse", "ptr", 16], ["B", "i32", 1], ["Hq", "i32", 1],
         ["Hkv", "i32", 1],
-        ["Sq", "i32", 1], ["Sk", "i32", 1], ["sm_scale_log2", "f32", 1],
+        ["Sq", "i32", 1], ["Sk", "i32", 1], ["sm_scale", "f32", 1],
         ["global_scratch", "ptr", 1], ["profile_scratch", "ptr", 1]]
     # d128 with a 128-byte swizzle: TMA boxes are 64 elements (128 bytes) wide, so the kernel
     # copies each tile as two boxes and the descriptor is encoded with the 64-wide box.
@@ -91,7 +90,7 @@ def test_gluon_is_never_a_default():
     everything, _ = plan_variants(BuildRequest(archs=("sm_90",), out_dir=None, all_variants=True),
                                   "sm_90", families)
     # 12 configs x 8 keys, less the persistent N128 3-stage one at head dim 128 (4 keys)
-    assert len([v for v in everything if v.family == "gluon"]) == 92
+    assert len([v for v in everything if v.family == "gluon" and v.op == "fwd"]) == 92
 
 
 def _expected_args(step: dict, values: dict) -> bytes:
@@ -123,8 +122,8 @@ def test_recorded_launch_packs_descriptors_shapes_and_strides(gluon_archive):
     with rt.Bundle(gluon_archive, recording=True) as bundle:
         bundle.forward(prob, stream=0x1234)
         [launch] = bundle.recorded_launches()["launches"]
-    scale = struct.unpack("<f", struct.pack("<f", 0.3 * LOG2E))[0]
-    values = {"B": B, "Hq": Hq, "Hkv": Hkv, "Sq": Sq, "Sk": Sk, "D": D, "sm_scale_log2": scale,
+    scale = struct.unpack("<f", struct.pack("<f", 0.3))[0]
+    values = {"B": B, "Hq": Hq, "Hkv": Hkv, "Sq": Sq, "Sk": Sk, "D": D, "sm_scale": scale,
               "lse": ptr["lse"], "global_scratch": 0, "profile_scratch": 0,
               **{f"{t}_desc": ptr[t] for t in "qkvo"}}
     for t in "qkvo":

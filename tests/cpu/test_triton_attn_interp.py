@@ -6,6 +6,8 @@ the compiler. So unless this process already runs under the interpreter, one tes
 file in a child pytest with TRITON_INTERPRET=1 and reports its outcome.
 
 fp16 only: the interpreter's bf16 is garbage (docs in MACHINE-NOTES); bf16 is proven on the GPU.
+The extreme-value cases also run fp32 tensors through the fp16 variants, to reach the magnitudes
+of bf16 inputs (|q.k| * scale up to ~1e37); tests/gpu/test_torch_contracts.py runs bf16 itself.
 """
 from __future__ import annotations
 
@@ -153,3 +155,71 @@ else:
                     assert set(step.kernel.constexprs) == set(params[len(step.args):])
                 count += 1
         assert count > 100
+
+    # ---- extreme logits: |q.k| * scale from ~1e10 to ~1e37 (issue 18) ---------------------------
+    # q = k = the dtype's extreme (every score ties: uniform softmax), or keys that descend from it
+    # (one key wins outright: one-hot softmax). PyTorch's flash stays finite there; the kernels
+    # must too. The interpreter computes without FMA contraction, so what it checks is the
+    # algebra: the forward's raw-score max, and the backward's P = exp(scale * qk - lse) (a base-2
+    # LSE with two more roundings gave inf and NaN at fp16 60000, head dim 128). The contraction
+    # case itself is checked on the GPU (tests/gpu/test_torch_contracts.py, bf16 too).
+    #
+    # With ties over Sk > 1 keys the exact gradients are out of reach of any kernel that takes
+    # PyTorch's fp32 LSE: at ~1e10 and beyond, lse = max + ln(Sk) rounds to max, so P comes out
+    # 1 instead of 1/Sk. There only the forward is compared, and the backward must stay finite
+    # (dK, whose exact value is then Sk times too large, may overflow fp16 and is not checked).
+    EXTREME = {  # dtype, value, head dim, Sq = Sk, kind, backward compared with the reference
+        "fp16-max-d64-ties": (torch.float16, 65504.0, 64, 1, "ties", True),
+        "fp16-max-d128-ties": (torch.float16, 65504.0, 128, 1, "ties", True),
+        "fp16-max-d64-ties-s70": (torch.float16, 65504.0, 64, 70, "ties", False),
+        "fp16-60000-d128-ties-s33": (torch.float16, 60000.0, 128, 33, "ties", False),
+        "fp16-max-d64-onehot-s40": (torch.float16, 65504.0, 64, 40, "onehot", True),
+        "fp16-max-d128-onehot-s40": (torch.float16, 65504.0, 128, 40, "onehot", True),
+        "fp32-133120-d64-ties": (torch.float32, 133120.0, 64, 1, "ties", True),
+        "fp32-1e18-d64-ties-s17": (torch.float32, 1e18, 64, 17, "ties", False),
+        "fp32-1e18-d64-onehot-s17": (torch.float32, 1e18, 64, 17, "onehot", True),
+    }
+
+    @pytest.mark.parametrize("case", list(EXTREME))
+    def test_extreme_logits_stay_finite(case):
+        dtype, value, D, S, kind, compare_backward = EXTREME[case]
+        g = torch.Generator().manual_seed(5)
+        q = torch.full((1, 2, S, D), value, dtype=dtype)
+        if kind == "ties":
+            k = q.clone()
+        else:  # key j = value (1 - j/256): key 0 wins every row by ~1e7 or more in the exponent
+            keys = (value * (1 - torch.arange(S, dtype=torch.float64) / 256)).to(dtype)
+            k = keys[None, None, :, None].expand(1, 2, S, D).contiguous()
+        v = torch.randn(1, 2, S, D, generator=g).to(dtype)
+        do = torch.randn(1, 2, S, D, generator=g).to(dtype)
+        scale = 1.0 / math.sqrt(D)
+        fwd, bwd = variants("sm_90", FunctionalKey("fp16", D, False), None, None)
+        o = torch.full_like(q, float("nan"))
+        lse = torch.full((1, 2, S), float("nan"))
+        jit.launch(fwd, {"q": q, "k": k, "v": v, "o": o, "lse": lse}, scale)
+        dq, dk, dv = (torch.full_like(t, float("nan")) for t in (q, k, v))
+        jit.launch(bwd, {"q": q, "k": k, "v": v, "o": o, "lse": lse, "do": do,
+                         "dq": dq, "dk": dk, "dv": dv}, scale)
+        finite = {"o": o, "lse": lse, "dq": dq, "dv": dv}
+        if compare_backward or dtype == torch.float32:
+            finite["dk"] = dk
+        for name, t in finite.items():
+            assert torch.isfinite(t).all(), f"{name} is not finite: {t.flatten()[:4]}"
+
+        ref_o, ref_lse, ref_dq, ref_dk, ref_dv = reference(q, k, v, do, False, scale)
+
+        def rel(got, ref):
+            return ((got.double() - ref).abs().max() / max(1.0, ref.abs().max())).item()
+        assert rel(o, ref_o) < TOL
+        assert ((lse.double() - ref_lse).abs() / ref_lse.abs()).max().item() < 1e-6
+        if not compare_backward:
+            return
+        assert rel(dv, ref_dv) < TOL
+        # dQ and dK sum Sk terms dS * k (or dS * q) whose exact sum is 0 here (one key: dS is
+        # 0; one-hot: dS is 0), so their error is measured against the terms' size: dS =
+        # P (dO.v - dO.o) carries the rounding of o and of the two dot products, ~2^-10 |dO|.|v|,
+        # and each term multiplies it by a key or query near `value`.
+        rounding = 2.0 ** -10 * (do.double().abs() @ v.double().abs().transpose(-1, -2)).max().item()
+        bound = TOL * max(scale * S * rounding * value, 1.0)
+        for got, ref in ((dq, ref_dq), (dk, ref_dk)):
+            assert (got.double() - ref).abs().max().item() <= bound

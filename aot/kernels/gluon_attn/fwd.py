@@ -31,6 +31,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma, warpgroup_mma_wait)
 
 LN2 = gl.constexpr(0.6931471805599453)  # ln 2: lse is natural-log
+LOG2E = gl.constexpr(1.4426950408889634)
 
 
 @gluon.jit
@@ -122,7 +123,12 @@ def _load_tile(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_free, 
 
 
 # --------------------------------------------------------------------------------------------
-# softmax: online, in the log2 domain with the scale folded into the exponent.
+# softmax: online, in the log2 domain. The running row max m is kept on unscaled scores and
+# subtracted before the scale multiplies: the max element then gets exp2(0) = 1 exactly, however
+# large the scores. (Subtracting a scaled max from scaled scores lets the compiler fuse the
+# multiply into the subtraction as one FMA that keeps the product unrounded; with |q.k|*scale
+# near 1e11 the max element's exponent becomes the product's rounding error, thousands, and
+# exp2 of it overflows to inf and the row to NaN.)
 # --------------------------------------------------------------------------------------------
 @gluon.jit
 def _softmax(s, m_i, l_i, j, row0, Sk, qk_scale,
@@ -143,9 +149,9 @@ def _softmax(s, m_i, l_i, j, row0, Sk, qk_scale,
         s = gl.where(keep, s, -float("inf"))
     # Every row keeps key 0 visible (top-left causal), so m_new is finite from the first tile
     # on and a fully masked later tile gives p = 0, alpha = 1.
-    m_new = gl.maximum(m_i, gl.max(s, 1) * qk_scale)
-    p = gl.exp2(s * qk_scale - gl.expand_dims(m_new, 1))
-    alpha = gl.exp2(m_i - m_new)
+    m_new = gl.maximum(m_i, gl.max(s, 1))
+    p = gl.exp2((s - gl.expand_dims(m_new, 1)) * qk_scale)
+    alpha = gl.exp2((m_i - m_new) * qk_scale)
     l_new = l_i * alpha + gl.sum(p, 1)
     return p, alpha, m_new, l_new
 
@@ -154,7 +160,7 @@ def _softmax(s, m_i, l_i, j, row0, Sk, qk_scale,
 # mma + softmax of one consumer warpgroup over one work tile, and its epilogue.
 # --------------------------------------------------------------------------------------------
 @gluon.jit
-def _attend(q, k_smem, v_smem, q_free, kv_ready, kv_free, turn, base, n_tiles, row0, Sk, qk_scale,
+def _attend(q, k_smem, v_smem, q_free, kv_ready, kv_free, turn, base, n_tiles, row0, Sk, sm_scale,
             s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr,
             CONSUMER: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
             HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
@@ -163,6 +169,7 @@ def _attend(q, k_smem, v_smem, q_free, kv_ready, kv_free, turn, base, n_tiles, r
     counts the K/V tiles, and so the turns, this consumer took in earlier work tiles: ring
     slots and barrier phases continue from there."""
     dtype: gl.constexpr = q.dtype
+    qk_scale = sm_scale * LOG2E  # the exponent's scale: softmax runs in base 2
     m_i = gl.full([BLOCK_M], -float("inf"), gl.float32, gl.SliceLayout(1, s_layout))
     l_i = gl.full([BLOCK_M], 0.0, gl.float32, gl.SliceLayout(1, s_layout))
     acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
@@ -239,7 +246,7 @@ def _attend(q, k_smem, v_smem, q_free, kv_ready, kv_free, turn, base, n_tiles, r
 
 
 @gluon.jit
-def _epilogue(acc, m_i, l_i, o_desc, o_smem, lse_ptr, b, h, row0, Hq, Sq,
+def _epilogue(acc, m_i, l_i, o_desc, o_smem, lse_ptr, b, h, row0, Hq, Sq, sm_scale,
               s_layout: gl.constexpr, o_layout: gl.constexpr,
               BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr):
     """O normalised by l, through shared memory and TMA; LSE stored directly."""
@@ -250,8 +257,8 @@ def _epilogue(acc, m_i, l_i, o_desc, o_smem, lse_ptr, b, h, row0, Hq, Sq,
     fence_async_shared()
     tma.async_copy_shared_to_global(o_desc, [b, h, row0, 0], o_smem)
 
-    # m_i is log2(e)·scale·max; lse = ln(sum exp(scale·s)) = (m + log2 l)·ln 2.
-    lse = (m_i + gl.log2(l_i)) * LN2
+    # m_i is the unscaled row max; lse = ln(sum exp(scale·s)) = scale·m + ln l.
+    lse = m_i * sm_scale + gl.log2(l_i) * LN2
     rows = row0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
     lse_base = (b.to(gl.int64) * Hq + h) * Sq
     gl.store(lse_ptr + lse_base + rows, lse, mask=rows < Sq)
@@ -259,7 +266,7 @@ def _epilogue(acc, m_i, l_i, o_desc, o_smem, lse_ptr, b, h, row0, Hq, Sq,
 
 @gluon.jit
 def _consume(o_desc, lse_ptr, q_smem, o_smem, k_smem, v_smem, q_ready, q_free, kv_ready, kv_free,
-             turn, B, Hq, Sq, Sk, qk_scale,
+             turn, B, Hq, Sq, Sk, sm_scale,
              CONSUMER: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
              HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
              OVERLAP: gl.constexpr, PERSISTENT: gl.constexpr):
@@ -278,7 +285,7 @@ def _consume(o_desc, lse_ptr, q_smem, o_smem, k_smem, v_smem, q_ready, q_free, k
         for tile in range(first, end, step):
             n_tiles = _consume_tile(o_desc, lse_ptr, q_smem, o_smem, k_smem, v_smem, q_ready,
                                     q_free, kv_ready, kv_free, turn, tile, row_blocks, count, it,
-                                    Hq, Sq, Sk, qk_scale, s_layout, o_layout, p_layout,
+                                    Hq, Sq, Sk, sm_scale, s_layout, o_layout, p_layout,
                                     CONSUMER, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP)
             count += n_tiles
             it += 1
@@ -287,14 +294,14 @@ def _consume(o_desc, lse_ptr, q_smem, o_smem, k_smem, v_smem, q_ready, q_free, k
         # that the overlapped schedule at head dim 128 does not have to spare.
         _consume_tile(o_desc, lse_ptr, q_smem, o_smem, k_smem, v_smem, q_ready, q_free,
                       kv_ready, kv_free, turn, first, row_blocks, 0, 0,
-                      Hq, Sq, Sk, qk_scale, s_layout, o_layout, p_layout,
+                      Hq, Sq, Sk, sm_scale, s_layout, o_layout, p_layout,
                       CONSUMER, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP)
     tma.store_wait(0)
 
 
 @gluon.jit
 def _consume_tile(o_desc, lse_ptr, q_smem, o_smem, k_smem, v_smem, q_ready, q_free, kv_ready,
-                  kv_free, turn, tile, row_blocks, count, it, Hq, Sq, Sk, qk_scale,
+                  kv_free, turn, tile, row_blocks, count, it, Hq, Sq, Sk, sm_scale,
                   s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr,
                   CONSUMER: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                   HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
@@ -307,37 +314,37 @@ def _consume_tile(o_desc, lse_ptr, q_smem, o_smem, k_smem, v_smem, q_ready, q_fr
     mbarrier.wait(q_ready.index(CONSUMER), it & 1)
     q = q_smem.index(CONSUMER).reshape([BLOCK_M, HEAD_DIM])
     acc, m_i, l_i = _attend(q, k_smem, v_smem, q_free, kv_ready, kv_free, turn, count, n_tiles,
-                            row0, Sk, qk_scale, s_layout, o_layout, p_layout,
+                            row0, Sk, sm_scale, s_layout, o_layout, p_layout,
                             CONSUMER, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP)
-    _epilogue(acc, m_i, l_i, o_desc, o_smem.index(CONSUMER), lse_ptr, b, h, row0, Hq, Sq,
+    _epilogue(acc, m_i, l_i, o_desc, o_smem.index(CONSUMER), lse_ptr, b, h, row0, Hq, Sq, sm_scale,
               s_layout, o_layout, BLOCK_M, HEAD_DIM)
     return n_tiles
 
 
 @gluon.jit
 def _consumer1(o_desc, lse_ptr, q_smem, o_smem, k_smem, v_smem, q_ready, q_free, kv_ready,
-               kv_free, turn, B, Hq, Sq, Sk, qk_scale,
+               kv_free, turn, B, Hq, Sq, Sk, sm_scale,
                BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                STAGES: gl.constexpr, CAUSAL: gl.constexpr, OVERLAP: gl.constexpr,
                PERSISTENT: gl.constexpr):
     _consume(o_desc, lse_ptr, q_smem, o_smem, k_smem, v_smem, q_ready, q_free, kv_ready, kv_free,
-             turn, B, Hq, Sq, Sk, qk_scale,
+             turn, B, Hq, Sq, Sk, sm_scale,
              1, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP, PERSISTENT)
 
 
 @gluon.jit
 def _consumer0(o_desc, lse_ptr, q_smem, o_smem, k_smem, v_smem, q_ready, q_free, kv_ready,
-               kv_free, turn, B, Hq, Sq, Sk, qk_scale,
+               kv_free, turn, B, Hq, Sq, Sk, sm_scale,
                BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                STAGES: gl.constexpr, CAUSAL: gl.constexpr, OVERLAP: gl.constexpr,
                PERSISTENT: gl.constexpr):
     _consume(o_desc, lse_ptr, q_smem, o_smem, k_smem, v_smem, q_ready, q_free, kv_ready, kv_free,
-             turn, B, Hq, Sq, Sk, qk_scale,
+             turn, B, Hq, Sq, Sk, sm_scale,
              0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP, PERSISTENT)
 
 
 @gluon.jit
-def attn_fwd_pingpong(q_desc, k_desc, v_desc, o_desc, lse_ptr, B, Hq, Hkv, Sq, Sk, qk_scale,
+def attn_fwd_pingpong(q_desc, k_desc, v_desc, o_desc, lse_ptr, B, Hq, Hkv, Sq, Sk, sm_scale,
                       BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                       STAGES: gl.constexpr, CAUSAL: gl.constexpr, OVERLAP: gl.constexpr,
                       PERSISTENT: gl.constexpr,
@@ -370,10 +377,10 @@ def attn_fwd_pingpong(q_desc, k_desc, v_desc, o_desc, lse_ptr, B, Hq, Hkv, Sq, S
     # constexprs into runtime values.
     gl.warp_specialize([
         (_consumer0, (o_desc, lse_ptr, q_smem, o_smem, k_smem, v_smem, q_ready, q_free, kv_ready,
-                      kv_free, turn, B, Hq, Sq, Sk, qk_scale,
+                      kv_free, turn, B, Hq, Sq, Sk, sm_scale,
                       BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP, PERSISTENT)),
         (_consumer1, (o_desc, lse_ptr, q_smem, o_smem, k_smem, v_smem, q_ready, q_free, kv_ready,
-                      kv_free, turn, B, Hq, Sq, Sk, qk_scale,
+                      kv_free, turn, B, Hq, Sq, Sk, sm_scale,
                       BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP, PERSISTENT)),
         (_load, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_free, kv_ready,
                  kv_free, B, Hq, Hkv, Sq, Sk, BLOCK_M, BLOCK_N, STAGES, CAUSAL, PERSISTENT)),

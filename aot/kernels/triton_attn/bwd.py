@@ -5,8 +5,11 @@
                           GQA group, so each dK/dV element is written once by one program
   3. attn_bwd_dq:         dQ for one Q tile; loops over the KV tiles it sees
 
-Both main kernels recompute P = exp2(s - lse * log2(e)) from the forward's LSE, so no softmax
-statistics beyond LSE and delta are needed:
+Both main kernels recompute P = exp(scale * qk - lse) from the forward's LSE, so no softmax
+statistics beyond LSE and delta are needed. The LSE is subtracted in natural units before the
+base change (a base-2 LSE would add a rounding of its own, which at |q.k| * scale ~ 1e11 is worth
+thousands in the exponent), and the exponent is clamped at 0: P <= 1 holds exactly in real
+arithmetic, so rounding can no longer turn it into inf (and dS into NaN):
     dV += Pᵀ dO      dP = dO Vᵀ      dS = P * (dP - delta)      dK += dSᵀ Q * scale      dQ += dS K * scale
 Each loop is split like the forward: masked stages only for the causal diagonal and ragged tails.
 """
@@ -40,9 +43,18 @@ def attn_bwd_preprocess(o, do, delta,
 
 
 @triton.jit
+def _probabilities(qk, lse, sm_scale):
+    """P = exp(scale * qk - lse), in [0, 1]: the difference in natural units, then base 2.
+    The clamp is a plain min: a NaN-propagating min or a select costs the gfx942 head-dim-256
+    dQ kernel the two registers it does not have (512 VGPR+AGPR). A NaN score so gives P = 1;
+    its row's delta is NaN already (the forward's O is), so dQ and dK stay NaN."""
+    return tl.math.exp2(tl.minimum(qk * sm_scale - lse, 0.0) * LOG2E)
+
+
+@triton.jit
 def _dkdv_q_tiles(dk, dv, k_tile, v_tile, q_base, qT_offs, do_base, do_offs, q_stride_s,
                   do_stride_s, lse_row, delta_row, offs_m, offs_n, offs_d, q_start, q_stop, Sq,
-                  sm_scale_log2, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                  sm_scale, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                   BLOCK_M: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr):
     """Accumulate dK (unscaled) and dV of one KV tile over the Q tiles in [q_start, q_stop).
 
@@ -54,10 +66,10 @@ def _dkdv_q_tiles(dk, dv, k_tile, v_tile, q_base, qT_offs, do_base, do_offs, q_s
     for start_m in range(q_start, q_stop, BLOCK_M):
         rows = start_m + offs_m
         qT = load_tile(q_ptr, qT_offs, rows, Sq, offs_d, HEAD_DIM, BLOCK_D, MASKED, True)
-        lse_log2 = tl.load(lse_row + rows, mask=rows < Sq, other=0.0) * LOG2E
+        lse = tl.load(lse_row + rows, mask=rows < Sq, other=0.0)
         # -- recompute Pᵀ from the forward's LSE
         qkT = tl.dot(k_tile, qT)
-        pT = tl.math.exp2(qkT * sm_scale_log2 - lse_log2[None, :])
+        pT = _probabilities(qkT, lse[None, :], sm_scale)
         if MASKED:
             visible = rows[None, :] < Sq
             if CAUSAL:  # key j is seen by queries i >= j
@@ -84,7 +96,7 @@ def attn_bwd_dkdv(q, k, v, do, dk, dv, lse, delta,
                   do_stride_b, do_stride_h, do_stride_s,
                   dk_stride_b, dk_stride_h, dk_stride_s,
                   dv_stride_b, dv_stride_h, dv_stride_s,
-                  Hq, Hkv, Sq, Sk, sm_scale, sm_scale_log2,
+                  Hq, Hkv, Sq, Sk, sm_scale,
                   HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
     # ---- which KV tile: grid = (cdiv(Sk, BLOCK_N), B * Hkv)
@@ -132,17 +144,17 @@ def attn_bwd_dkdv(q, k, v, do, dk, dv, lse, delta,
             dk_acc, dv_acc = _dkdv_q_tiles(dk_acc, dv_acc, k_tile, v_tile, q_base, qT_offs, do_base,
                                            do_offs, q_stride_s, do_stride_s, lse_row, delta_row,
                                            offs_m, offs_n, offs_d, q_lo, diag_stop, Sq,
-                                           sm_scale_log2, HEAD_DIM, BLOCK_D, BLOCK_M, True, CAUSAL)
+                                           sm_scale, HEAD_DIM, BLOCK_D, BLOCK_M, True, CAUSAL)
         # ---- mainloop stage 2: full Q tiles, every query sees every key of the tile
         dk_acc, dv_acc = _dkdv_q_tiles(dk_acc, dv_acc, k_tile, v_tile, q_base, qT_offs, do_base,
                                        do_offs, q_stride_s, do_stride_s, lse_row, delta_row,
                                        offs_m, offs_n, offs_d, diag_stop, full_stop, Sq,
-                                       sm_scale_log2, HEAD_DIM, BLOCK_D, BLOCK_M, False, CAUSAL)
+                                       sm_scale, HEAD_DIM, BLOCK_D, BLOCK_M, False, CAUSAL)
         # ---- mainloop stage 3: the ragged Sq tail
         dk_acc, dv_acc = _dkdv_q_tiles(dk_acc, dv_acc, k_tile, v_tile, q_base, qT_offs, do_base,
                                        do_offs, q_stride_s, do_stride_s, lse_row, delta_row,
                                        offs_m, offs_n, offs_d, tail_start, Sq, Sq,
-                                       sm_scale_log2, HEAD_DIM, BLOCK_D, BLOCK_M, True, CAUSAL)
+                                       sm_scale, HEAD_DIM, BLOCK_D, BLOCK_M, True, CAUSAL)
 
     # ---- epilogue: dK carries the softmax scale; keys nobody sees get exact zeros
     dk_base = dk + head_offset(b, h_kv, dk_stride_b, dk_stride_h) + start_n.to(tl.int64) * dk_stride_s
@@ -154,9 +166,9 @@ def attn_bwd_dkdv(q, k, v, do, dk, dv, lse, delta,
 
 
 @triton.jit
-def _dq_kv_tiles(dq, q_tile, do_tile, lse_log2, row_delta, k_base, kT_offs, v_base, vT_offs,
+def _dq_kv_tiles(dq, q_tile, do_tile, lse, row_delta, k_base, kT_offs, v_base, vT_offs,
                  k_stride_s, v_stride_s, offs_m, offs_n, offs_d, kv_start, kv_stop, Sk,
-                 sm_scale_log2, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                 sm_scale, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                  BLOCK_N: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr):
     """Accumulate dQ (unscaled) of one Q tile over the KV tiles in [kv_start, kv_stop)."""
     k_ptr = k_base + tl.cast(kv_start, tl.int64) * k_stride_s
@@ -167,7 +179,7 @@ def _dq_kv_tiles(dq, q_tile, do_tile, lse_log2, row_delta, k_base, kT_offs, v_ba
         vT = load_tile(v_ptr, vT_offs, cols, Sk, offs_d, HEAD_DIM, BLOCK_D, MASKED, True)
         # -- recompute P from the forward's LSE
         qk = tl.dot(q_tile, kT)
-        p = tl.math.exp2(qk * sm_scale_log2 - lse_log2[:, None])
+        p = _probabilities(qk, lse[:, None], sm_scale)
         if MASKED:
             visible = cols[None, :] < Sk
             if CAUSAL:
@@ -189,7 +201,7 @@ def attn_bwd_dq(q, k, v, do, dq, lse, delta,
                 v_stride_b, v_stride_h, v_stride_s,
                 do_stride_b, do_stride_h, do_stride_s,
                 dq_stride_b, dq_stride_h, dq_stride_s,
-                Hq, Hkv, Sq, Sk, sm_scale, sm_scale_log2,
+                Hq, Hkv, Sq, Sk, sm_scale,
                 HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
     # ---- which Q tile: grid = (cdiv(Sq, BLOCK_M), B * Hq)
@@ -214,7 +226,7 @@ def attn_bwd_dq(q, k, v, do, dq, lse, delta,
                        HEAD_DIM, BLOCK_D, True)
     do_tile = load_tile(do_base, tile_offsets(rows, offs_d, do_stride_s, False), offs_m, Sq,
                         offs_d, HEAD_DIM, BLOCK_D, True)
-    lse_log2 = tl.load(lse + bh.to(tl.int64) * Sq + offs_m, mask=offs_m < Sq, other=0.0) * LOG2E
+    lse_rows = tl.load(lse + bh.to(tl.int64) * Sq + offs_m, mask=offs_m < Sq, other=0.0)
     row_delta = tl.load(delta + bh.to(tl.int64) * Sq + offs_m, mask=offs_m < Sq, other=0.0)
     k_base = k + head_offset(b, h_kv, k_stride_b, k_stride_h)
     v_base = v + head_offset(b, h_kv, v_stride_b, v_stride_h)
@@ -231,13 +243,13 @@ def attn_bwd_dq(q, k, v, do, dq, lse, delta,
 
     dq_acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
     # ---- mainloop stage 1: full KV tiles
-    dq_acc = _dq_kv_tiles(dq_acc, q_tile, do_tile, lse_log2, row_delta, k_base, kT_offs, v_base,
+    dq_acc = _dq_kv_tiles(dq_acc, q_tile, do_tile, lse_rows, row_delta, k_base, kT_offs, v_base,
                           vT_offs, k_stride_s, v_stride_s, offs_m, offs_n, offs_d, 0, full_stop,
-                          Sk, sm_scale_log2, HEAD_DIM, BLOCK_D, BLOCK_N, False, CAUSAL)
+                          Sk, sm_scale, HEAD_DIM, BLOCK_D, BLOCK_N, False, CAUSAL)
     # ---- mainloop stage 2: diagonal and tail KV tiles
-    dq_acc = _dq_kv_tiles(dq_acc, q_tile, do_tile, lse_log2, row_delta, k_base, kT_offs, v_base,
+    dq_acc = _dq_kv_tiles(dq_acc, q_tile, do_tile, lse_rows, row_delta, k_base, kT_offs, v_base,
                           vT_offs, k_stride_s, v_stride_s, offs_m, offs_n, offs_d, full_stop,
-                          visible_stop, Sk, sm_scale_log2, HEAD_DIM, BLOCK_D, BLOCK_N, True, CAUSAL)
+                          visible_stop, Sk, sm_scale, HEAD_DIM, BLOCK_D, BLOCK_N, True, CAUSAL)
 
     # ---- epilogue
     dq_base = dq + head_offset(b, h, dq_stride_b, dq_stride_h) + start_m.to(tl.int64) * dq_stride_s

@@ -7,8 +7,15 @@ range splits into two stages:
   2. edge tiles:  the causal diagonal and/or the ragged Sk tail -> masked.
 Tiles entirely above the causal diagonal are never visited.
 
-Scores live in base 2: s = qk * sm_scale * log2(e), so the exponential is a single exp2. The scale
-is assumed positive (as in FlashAttention): the row max is taken on raw scores.
+The exponential is base 2: p = exp2((qk - m) * sm_scale * log2(e)). The running row max m is
+kept on raw (unscaled) scores and subtracted before the scale multiplies, so the max element gets
+exp2(0) = 1 exactly, however large the scores are. The scale must be positive (the glue falls
+back otherwise): only then is the max of the raw scores the max of the scaled ones.
+
+Why not subtract a scaled max from scaled scores (qk * c - m * c): the compiler fuses that
+multiply and subtraction into one FMA, which keeps the product unrounded, while the max was
+rounded. At |q.k| * scale ~ 1e11 (bf16 inputs near 1.3e5) the max element's exponent is then the
+product's rounding error, thousands, and exp2 of it overflows: NaN where PyTorch's flash is finite.
 """
 import triton
 import triton.language as tl
@@ -34,13 +41,13 @@ def _attend_kv_tiles(acc, m_i, l_i, q, k_base, kT_offs, v_base, v_offs, k_stride
             if CAUSAL:  # top-left aligned: query i sees keys j <= i
                 visible = visible & (cols[None, :] <= offs_m[:, None])
             qk = tl.where(visible, qk, float("-inf"))
-        # -- online softmax: rescale what we have by exp2(m_old - m_new)
-        m_new = tl.maximum(m_i, tl.max(qk, 1) * sm_scale_log2)
+        # -- online softmax on raw scores: rescale what we have by exp2((m_old - m_new) * c)
+        m_new = tl.maximum(m_i, tl.max(qk, 1))
         m_use = m_new
         if MASKED:  # a row with no visible key yet keeps m = -inf; avoid (-inf) - (-inf) = NaN
             m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
-        p = tl.math.exp2(qk * sm_scale_log2 - m_use[:, None])
-        alpha = tl.math.exp2(m_i - m_use)
+        p = tl.math.exp2((qk - m_use[:, None]) * sm_scale_log2)
+        alpha = tl.math.exp2((m_i - m_use) * sm_scale_log2)
         l_i = l_i * alpha + tl.sum(p, 1)
         acc = acc * alpha[:, None]
         # -- accumulate P V
@@ -58,7 +65,7 @@ def attn_fwd(q, k, v, o, lse,
              k_stride_b, k_stride_h, k_stride_s,
              v_stride_b, v_stride_h, v_stride_s,
              o_stride_b, o_stride_h, o_stride_s,
-             Hq, Hkv, Sq, Sk, sm_scale_log2,
+             Hq, Hkv, Sq, Sk, sm_scale, sm_scale_log2,
              HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
     # ---- which query tile: grid = (cdiv(Sq, BLOCK_M), B * Hq)
@@ -113,6 +120,6 @@ def attn_fwd(q, k, v, o, lse,
     o_base = o + head_offset(b, h, o_stride_b, o_stride_h) + start_m.to(tl.int64) * o_stride_s
     o_offs = tile_offsets(tl.arange(0, BLOCK_M), offs_d, o_stride_s, False)
     store_tile(o_base, o_offs, acc, offs_m, Sq, offs_d, HEAD_DIM, BLOCK_D)
-    lse_row = (m_i + tl.math.log2(l_safe)) * LN2
+    lse_row = m_i * sm_scale + tl.math.log2(l_safe) * LN2  # m_i is the raw-score max
     lse_base = lse + bh.to(tl.int64) * Sq  # lse is contiguous [B, Hq, Sq]
     tl.store(lse_base + offs_m, lse_row, mask=offs_m < Sq)

@@ -10,7 +10,7 @@ MAGIC = b"ATTNPACK"
 # 2.0: launch parameters carry their byte offsets; the meta carries the target row;
 # families carry their policy and kernels whether they are deterministic.
 # 2.1 (additive): kernels may carry `requires`, steps `padding`, families `notice`; parameter
-# words gain const:<literal>, <word>*<n>, Hq_per_Hkv and lse strides; workspace shapes D.
+# words gain const:<literal>, <word>*<n>, Hq_per_Hkv and lse strides.
 FORMAT_MAJOR = 2
 FORMAT_MINOR = 1
 # magic, major, minor, meta size, sha256(meta)

@@ -170,7 +170,8 @@ def sdpa_entry(dtype: str, hq: int, hkv: int, sq: int, sk: int, d: int, causal: 
 
 
 def explain(shape, dtype: str = "bf16", causal: bool = False, op: str = "fwd", *,
-            dropout_p: float = 0.0, scale: float | None = None, deterministic: bool | None = None,
+            dropout_p: float = 0.0, scale: float | None = None,
+            deterministic: bool | str | None = None,
             return_debug_mask: bool = False, attn_bias: bool = False, entry: str | None = None,
             device=None, archive: str | None = None, arch: str | None = None) -> dict:
     """How attnpack decides an F.sdpa call of `shape` = (B, Hq, Hkv, Sq, Sk, D): the aten op it
@@ -178,7 +179,10 @@ def explain(shape, dtype: str = "bf16", causal: bool = False, op: str = "fwd", *
     runtime's own explanation. Decided by the same C++ code as real calls, on meta tensors.
     `archive` (+ `arch`) explains against that file with no GPU; otherwise the archive of the
     CUDA `device` (default: current). `entry` forces an op ("flash_fwd", "efficient_bwd", ...);
-    `return_debug_mask` and `attn_bias` describe direct calls of those ops."""
+    `return_debug_mask` and `attn_bias` describe direct calls of those ops. `deterministic`:
+    False, True, or "warn_only" (torch.use_deterministic_algorithms(True, warn_only=True)); None
+    reads PyTorch's current setting. "nondeterministic_warning" in the result says whether the
+    served backward would warn as PyTorch's own kernels do in warn_only mode."""
     b, hq, hkv, sq, sk, d = (int(x) for x in shape)
     if op not in ("fwd", "bwd"):
         raise ValueError("op must be 'fwd' or 'bwd'")
@@ -194,11 +198,15 @@ def explain(shape, dtype: str = "bf16", causal: bool = False, op: str = "fwd", *
     if entry not in _ENTRIES:
         raise ValueError(f"entry must be one of {sorted(_ENTRIES)}")
     if deterministic is None:
-        deterministic = torch.are_deterministic_algorithms_enabled()
+        deterministic = torch.are_deterministic_algorithms_enabled() and (
+            "warn_only" if torch.is_deterministic_algorithms_warn_only_enabled() else True)
+    if deterministic not in (False, True, "warn_only"):
+        raise ValueError("deterministic must be False, True or 'warn_only'")
+    mode = 2 if deterministic == "warn_only" else int(bool(deterministic))
     index = -1 if archive else _device_index(device)
     result = _extension.load().explain(_ENTRIES[entry], dtype, (b, hq, hkv, sq, sk, d), causal,
                                        dropout_p, return_debug_mask, scale, attn_bias,
-                                       deterministic, index,
+                                       mode, index,
                                        archive, arch)
     if "error" in result:
         raise RuntimeError(result["error"])

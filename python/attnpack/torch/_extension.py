@@ -12,14 +12,14 @@ from pathlib import Path
 
 import torch
 
-PACKAGE_DIR = Path(__file__).resolve().parent
-LIBRARY_NAME = "libattnpack_torch.so"
+from attnpack import _locate
 
 BUILD_HINT = (
-    "build it with:\n"
+    "build it with `bash build_tools/setup.sh` (a source checkout: build/torch/), or install the "
+    "wheel (attnpack/lib/), or build the extension alone:\n"
     "  cmake -S python/attnpack/torch/csrc -B build/torch -G Ninja -DCMAKE_BUILD_TYPE=Release \\\n"
     "        -DCMAKE_PREFIX_PATH=\"$(python -c 'import torch; print(torch.utils.cmake_prefix_path)')\"\n"
-    "  cmake --build build/torch        # copies the libraries into python/attnpack/torch/_lib/\n"
+    "  cmake --build build/torch\n"
     "or point ATTNPACK_TORCH_LIB at a built libattnpack_torch.so")
 
 
@@ -28,21 +28,17 @@ class ExtensionError(RuntimeError):
 
 
 def library_path() -> Path:
-    """$ATTNPACK_TORCH_LIB, else attnpack/torch/_lib/libattnpack_torch.so."""
-    explicit = os.environ.get("ATTNPACK_TORCH_LIB")
-    return Path(explicit) if explicit else PACKAGE_DIR / "_lib" / LIBRARY_NAME
+    """$ATTNPACK_TORCH_LIB, else the first of attnpack/lib/ and the checkout's build/torch/ that
+    holds libattnpack_torch.so (attnpack/_locate.py); the first candidate if none does."""
+    candidates = _locate.torch_library_candidates()
+    return next((c for c in candidates if c.is_file()), candidates[0])
 
 
 def bundle_directory() -> str:
-    """Where archives are looked for: $ATTNPACK_BUNDLE_DIR, else attnpack/bundle/ when it holds
-    an archive, else "" (the runtime's default: <dir of libattnpack.so>/attnpack)."""
-    explicit = os.environ.get("ATTNPACK_BUNDLE_DIR")
-    if explicit:
-        return explicit
-    packaged = PACKAGE_DIR.parent / "bundle"
-    if any(packaged.glob("attnpack-*.apk")):
-        return str(packaged)
-    return ""
+    """Where archives are looked for (attnpack/_locate.py): $ATTNPACK_BUNDLE_DIR, else the
+    installed attnpack/lib/attnpack/, else the checkout's build/bundle/; "" lets the runtime
+    choose (<dir of libattnpack.so>/attnpack)."""
+    return _locate.bundle_directory()
 
 
 def _base_version(version: str) -> str:
@@ -140,7 +136,7 @@ class Extension:
 
     def explain(self, entry: int, dtype: str, shape, causal: bool, dropout_p: float,
                 return_debug_mask: bool, scale: float | None, has_attn_bias: bool,
-                deterministic: bool, device: int, archive: str | None, arch: str | None) -> dict:
+                deterministic: int, device: int, archive: str | None, arch: str | None) -> dict:
         dims = (ctypes.c_int64 * 6)(*shape)
         return json.loads(self._text(
             self._lib.attnpack_torch_explain, entry, dtype.encode(), dims, int(causal),
@@ -158,7 +154,8 @@ def load() -> Extension:
     if _loaded is None:
         path = library_path()
         if not path.is_file():
-            raise ExtensionError(f"attnpack's PyTorch extension is not built ({path} is missing); "
+            looked = ", ".join(map(str, _locate.torch_library_candidates()))
+            raise ExtensionError(f"attnpack's PyTorch extension is not built (looked for {looked}); "
                                  f"{BUILD_HINT}")
         _loaded = Extension(path)
     return _loaded

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Protocol
 
 from attnpack import abi
-from attnpack.builder.backends import register
+from attnpack.builder.backends import declared_kernel, register
 from attnpack.builder.compile import CompiledStep, CompileJob
 from attnpack.targets import target
 
@@ -82,11 +82,7 @@ class PrebuiltError(ValueError):
 
 
 def _kernel(job: CompileJob) -> PrebuiltKernel:
-    kernel = job.step.kernel
-    if not isinstance(kernel, PrebuiltKernel):
-        raise TypeError(f"{job.label}: the prebuilt backend takes PrebuiltKernel steps, got "
-                        f"{type(kernel).__name__}")
-    return kernel
+    return declared_kernel(job, PrebuiltKernel)
 
 
 def padding_spans(kernel: PrebuiltKernel, image: bytes) -> list[list[int]]:

@@ -41,8 +41,11 @@ struct Call {
   bool is_causal = false;
   bool return_debug_mask = false;
   bool has_attn_bias = false;
+  bool wants_bias_grad = false;  // efficient backward: grad_input_mask[3]
+  bool packed_varlen = false;    // flash backward: cum_seq_q/cum_seq_k given
   std::optional<double> scale;
-  bool deterministic = false;  // torch.are_deterministic_algorithms_enabled()
+  bool deterministic = false;            // torch.are_deterministic_algorithms_enabled()
+  bool deterministic_warn_only = false;  // ... with warn_only=True
 };
 
 // The verdict on one call: a kernel of `bundle` serves it, or PyTorch's own kernel does.
@@ -51,6 +54,9 @@ struct Decision {
   attnpack_problem problem{};      // q, k, v (dout, o, lse for backward) views filled in
   attnpack_kernel_info kernel{};   // name and family when served
   std::string fallback_reason;     // empty: served
+  // Served by a backward that is not deterministic while deterministic mode only warns: the
+  // caller warns as PyTorch's own kernels do (warn_nondeterministic).
+  bool nondeterministic = false;
   bool served() const { return fallback_reason.empty(); }
 };
 
@@ -62,7 +68,17 @@ struct Decision {
 Decision decide(const Call& call, attnpack_bundle* explain_bundle = nullptr, bool checked = false);
 
 // The PyTorch-level reason a call is not served ("" if none): what no archive can change.
+// Served calls are kept inside what PyTorch's own kernel of the op accepts, so that anything
+// PyTorch rejects reaches PyTorch's kernel and fails there, with PyTorch's own error.
 std::string unservable_reason(const Call& call);
+
+// Whether the backward of `kernel` gives the same bits on every run (no atomics, fixed
+// reduction order). Decides what deterministic mode does with a call the kernel would serve.
+bool backward_is_deterministic(const attnpack_kernel_info& kernel);
+
+// The warning a served non-deterministic backward gives under
+// torch.use_deterministic_algorithms(True, warn_only=True), once (as PyTorch's kernels do).
+void warn_nondeterministic(const Decision& decision);
 
 // Fills a problem's tensor view; strides of size-1 dims become 0 (they are never stepped, and 0
 // keeps every divisibility a kernel was compiled to assume).
@@ -87,6 +103,14 @@ attnpack_bundle* device_bundle(int64_t index, std::string* reason);
 // An archive opened with the recording driver, for explain without a GPU (kept open).
 attnpack_bundle* explain_bundle(const std::string& path, const std::string& arch, std::string* error);
 
+// ---- SDPA routing for programs that enable from C++ (routing.cpp) ----------------------------
+
+// Puts flash and efficient ahead of cuDNN in the SDPA priority order where PyTorch put cuDNN
+// first (attnpack/torch/_routing.py does the same for the Python package); undo_routing()
+// restores the order unless someone changed it since.
+void route_sdpa_to_flash();
+void undo_routing();
+
 // ---- observing ---------------------------------------------------------------------------------
 
 void record_served(const Call& call, const Decision& decision);
@@ -98,6 +122,10 @@ bool logging();
 
 // The current stream of `device` as the driver's handle (cudaStream_t), through c10.
 void* current_stream(const c10::Device& device);
+
+// Whether the current stream of `device` is being captured into a CUDA graph (what PyTorch's
+// at::cuda::currentStreamCaptureStatus() answers inside its kernels).
+bool current_stream_is_capturing(const c10::Device& device);
 
 std::string json_string(const std::string& text);
 

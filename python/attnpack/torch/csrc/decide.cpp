@@ -5,6 +5,7 @@
 #include <c10/core/Stream.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <c10/util/Exception.h>
+#include <dlfcn.h>
 
 #include <array>
 #include <atomic>
@@ -17,6 +18,7 @@
 #include <mutex>
 #include <set>
 #include <sstream>
+#include <type_traits>
 #include <utility>
 
 namespace attnpack_torch {
@@ -65,10 +67,6 @@ std::optional<attnpack_dtype> runtime_dtype(at::ScalarType type) {
 }
 
 bool fits_int32(int64_t v) { return v >= 0 && v <= std::numeric_limits<int32_t>::max(); }
-
-// Whether a kernel's outputs are bitwise equal for equal inputs, as its family declares it
-// (FamilySpec.deterministic_backward, carried by the archive's index).
-bool backward_is_deterministic(const attnpack_kernel_info& kernel) { return kernel.deterministic != 0; }
 
 // Warns once per distinct text: failures that repeat on every call would drown the user.
 void warn_once(const std::string& key, const std::string& message) {
@@ -149,6 +147,19 @@ std::string describe(const Call& call) {
   return out;
 }
 
+// Whether a kernel's outputs are bitwise equal for equal inputs, as its family declares it
+// (FamilySpec.deterministic_backward, carried by the archive's index).
+bool backward_is_deterministic(const attnpack_kernel_info& kernel) { return kernel.deterministic != 0; }
+
+void warn_nondeterministic(const Decision& decision) {
+  // Once per process, like the TORCH_WARN_ONCE of PyTorch's flash and efficient backward in the
+  // same mode (and every time under torch.set_warn_always(True)).
+  TORCH_WARN_ONCE("attnpack: the backward kernel ", decision.kernel.name, " (", decision.kernel.family,
+                  " family) is a non-deterministic algorithm. To explicitly enable determinism call "
+                  "torch.use_deterministic_algorithms(True, warn_only=False); attnpack then leaves "
+                  "such calls to PyTorch's deterministic kernels.");
+}
+
 std::string unservable_reason(const Call& call) {
   const bool backward = is_backward(call.entry);
   const at::Tensor* tensors[] = {call.query, call.key, call.value, call.out, call.grad_out};
@@ -167,11 +178,18 @@ std::string unservable_reason(const Call& call) {
     if (tensors[i]->scalar_type() != q.scalar_type()) return "inputs of different dtypes";
   }
   if (!runtime_dtype(q.scalar_type())) return std::string("dtype ") + dtype_word(q.scalar_type()) + " not served";
+  // PyTorch's flash kernels take fp16 and bf16 only; fp32 on that op must meet their error.
+  if (is_flash(call.entry) && q.scalar_type() == at::kFloat) return "dtype fp32 on the flash op";
   if (call.return_debug_mask) return "return_debug_mask";  // PyTorch allows it only with dropout
   if (call.dropout_p > 0.0) return "dropout_p > 0";
   if (call.has_attn_bias) return "attn_bias";
+  // Without a bias PyTorch's kernel rejects this ("bias_requires_grad is true but no bias was
+  // provided"); with one, attn_bias above already sent it there.
+  if (call.wants_bias_grad) return "grad_input_mask asks for a bias gradient";
+  if (call.packed_varlen) return "cumulative sequence lengths (a packed varlen call)";
   // The runtime reads scale 0 as "the default 1/sqrt(D)"; an explicit 0 must not become that.
-  if (call.scale && (*call.scale == 0.0 || !std::isfinite(*call.scale))) return "scale is 0 or not finite";
+  // The kernels take the row max on unscaled scores, which is the max only for a positive scale.
+  if (call.scale && !(*call.scale > 0.0 && std::isfinite(*call.scale))) return "scale is not positive and finite";
 
   const int64_t B = q.size(0), Hq = q.size(1), Sq = q.size(2), D = q.size(3);
   const int64_t Hkv = k.size(1), Sk = k.size(2);
@@ -180,6 +198,12 @@ std::string unservable_reason(const Call& call) {
   }
   if (v.size(3) != D) return "value head dim differs from query's";
   if (B == 0 || Hq == 0 || Hkv == 0 || Sq == 0 || Sk == 0 || D == 0) return "empty tensor";
+  // What PyTorch's flash kernels take (and its efficient kernels too): a head dim that is a
+  // multiple of 8 and at most 256, and a unit stride along it.
+  if (D % 8 != 0 || D > 256) return "head dim not a multiple of 8 up to 256";
+  for (const at::Tensor* t : {call.query, call.key, call.value}) {
+    if (t->stride(3) != 1) return "q, k or v last dim not contiguous";
+  }
   if (Hq % Hkv != 0) return "Hq not a multiple of Hkv";
   for (int64_t size : {B, Hq, Hkv, Sq, Sk, D}) {
     if (!fits_int32(size)) return "a size exceeds int32";
@@ -303,8 +327,12 @@ Decision decide(const Call& call, attnpack_bundle* explain, bool checked) {
   } else if (status != ATTNPACK_STATUS_OK) {
     d.fallback_reason = runtime_failure(status, "attnpack_select");
   } else if (backward && call.deterministic && !backward_is_deterministic(d.kernel)) {
-    d.fallback_reason = std::string("deterministic mode: the ") + d.kernel.family +
-                        " backward is not declared deterministic";
+    if (call.deterministic_warn_only) {
+      d.nondeterministic = true;  // served, with PyTorch's kind of warning (warn_only=True)
+    } else {
+      d.fallback_reason = std::string("deterministic mode: the ") + d.kernel.family +
+                          " backward is not declared deterministic";
+    }
   }
   return d;
 }
@@ -402,6 +430,56 @@ void* current_stream(const c10::Device& device) {
   return c10::impl::getDeviceGuardImpl(device.type())->getStream(device).native_handle();
 }
 
+namespace {
+
+// cuStreamIsCapturing and hipStreamIsCapturing share this shape; status 0 means "not capturing".
+using StreamIsCapturing = int (*)(void* stream, int* status);
+
+// The driver's query, from the driver library this process already loaded (torch's CUDA or HIP
+// runtime loaded it); nullptr when neither is loaded.
+StreamIsCapturing driver_capture_query() {
+  static const StreamIsCapturing query = [] {
+    const std::pair<const char*, const char*> candidates[] = {
+        {"libcuda.so.1", "cuStreamIsCapturing"},
+        {"libamdhip64.so", "hipStreamIsCapturing"},
+        {"libamdhip64.so.7", "hipStreamIsCapturing"},
+        {"libamdhip64.so.6", "hipStreamIsCapturing"}};
+    for (const auto& [library, symbol] : candidates) {
+      if (void* handle = ::dlopen(library, RTLD_NOW | RTLD_NOLOAD)) {
+        if (void* fn = ::dlsym(handle, symbol)) return reinterpret_cast<StreamIsCapturing>(fn);
+      }
+    }
+    return StreamIsCapturing(nullptr);
+  }();
+  return query;
+}
+
+// c10's device-generic query (DeviceGuardImplInterface::isStreamCapturing) exists from torch
+// 2.12 on; older torch (2.11 on the H200) gets the driver's answer for the same stream.
+template <typename Impl, typename = void>
+struct HasCaptureQuery : std::false_type {};
+template <typename Impl>
+struct HasCaptureQuery<Impl, std::void_t<decltype(std::declval<const Impl&>().isStreamCapturing(
+                                 std::declval<const c10::Stream&>()))>> : std::true_type {};
+
+template <typename Impl>
+bool stream_is_capturing(const Impl* impl, const c10::Stream& stream) {
+  if constexpr (HasCaptureQuery<Impl>::value) {
+    return impl->isStreamCapturing(stream);
+  } else {
+    const StreamIsCapturing query = driver_capture_query();
+    int status = 0;
+    return query && query(stream.native_handle(), &status) == 0 && status != 0;
+  }
+}
+
+}  // namespace
+
+bool current_stream_is_capturing(const c10::Device& device) {
+  const c10::impl::DeviceGuardImplInterface* impl = c10::impl::getDeviceGuardImpl(device.type());
+  return stream_is_capturing(impl, impl->getStream(device));
+}
+
 // ---- stats and the decision log ---------------------------------------------------------------
 
 namespace {
@@ -465,7 +543,7 @@ void record_served(const Call& call, const Decision& decision) {
     ++s.kernels[decision.kernel.name];
     ++s.devices[device_of(call)].kernels[decision.kernel.name];
     ++s.served[size_t(call.entry)];
-    if (is_backward(call.entry) && call.deterministic) ++s.deterministic_backward;
+    if (is_backward(call.entry) && call.deterministic && !decision.nondeterministic) ++s.deterministic_backward;
   }
   if (logging()) log_once(call, std::string(decision.kernel.family) + " " + decision.kernel.name);
 }

@@ -9,6 +9,7 @@
 // counted. A thread-local flag makes anything PyTorch's kernel dispatches go straight to
 // PyTorch too, so a fallback never recurses into attnpack.
 #include "attnpack_torch.hpp"
+#include "attnpack/torch.h"
 
 #include <ATen/ATen.h>
 #include <ATen/Context.h>
@@ -16,6 +17,7 @@
 #include <c10/core/DeviceGuard.h>
 #include <c10/util/Exception.h>
 #include <torch/library.h>
+#include <dlfcn.h>
 
 #include <array>
 #include <atomic>
@@ -26,6 +28,7 @@
 #include <optional>
 #include <string>
 #include <tuple>
+#include <type_traits>
 
 #define ATTNPACK_TORCH_API extern "C" __attribute__((visibility("default")))
 
@@ -106,6 +109,7 @@ Call make_call(Entry entry, const at::Tensor& query, const at::Tensor& key, cons
   call.is_causal = is_causal;
   call.scale = scale;
   call.deterministic = is_backward(entry) && at::globalContext().deterministicAlgorithms();
+  call.deterministic_warn_only = call.deterministic && at::globalContext().deterministicAlgorithmsWarnOnly();
   return call;
 }
 
@@ -155,6 +159,7 @@ std::optional<std::array<at::Tensor, 3>> serve_backward(Call& call, const at::Te
         d.problem.dv = tensor_view(grads[2], true);
         if (launch(d, call.entry, query)) {
           record_served(call, d);
+          if (d.nondeterministic) warn_nondeterministic(d);
           return grads;
         }
       }
@@ -217,6 +222,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor> flash_backward(
     const at::Tensor& philox_seed, const at::Tensor& philox_offset, std::optional<double> scale) {
   if (!t_in_original) {
     Call call = make_call(Entry::FlashBackward, query, key, value, dropout_p, is_causal, scale);
+    call.packed_varlen = cum_seq_q.defined() || cum_seq_k.defined();
     auto grads = serve_backward(call, out, grad_out, logsumexp, [&] {
       return std::array<at::Tensor, 3>{at::empty_like(query), at::empty_like(key), at::empty_like(value)};
     });
@@ -266,8 +272,13 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> efficient_forward(
             lse.narrow(2, Sq, padded - Sq).fill_(std::numeric_limits<float>::infinity());
           }
           record_served(call, d);
-          // No dropout: PyTorch's efficient op returns these two as empty CPU int64 scalars.
-          return {out, lse, at::empty({}, at::dtype(at::kLong)), at::empty({}, at::dtype(at::kLong))};
+          // No dropout: PyTorch's efficient op returns these two as empty int64 scalars, on the
+          // CPU, or on the GPU while the stream is being captured into a CUDA graph (its
+          // "Seed and Offset Device" rule: every output of a captured op lives on the device).
+          const c10::Device rng_device = current_stream_is_capturing(query.device()) ? query.device()
+                                                                                     : c10::Device(at::kCPU);
+          const auto rng = at::dtype(at::kLong).device(rng_device);
+          return {out, lse, at::empty({}, rng), at::empty({}, rng)};
         }
       }
       record_fallback(call, d.fallback_reason);
@@ -288,6 +299,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor> efficient_backward(
   if (!t_in_original) {
     Call call = make_call(Entry::EfficientBackward, query, key, value, dropout_p, is_causal, scale);
     call.has_attn_bias = attn_bias.defined();
+    call.wants_bias_grad = grad_input_mask[3];
     auto grads = serve_backward(call, out, grad_out, logsumexp, [&] {
       const int64_t B = query.size(0), H = query.size(1), Sq = query.size(2), Sk = key.size(2),
                     D = query.size(3);
@@ -437,6 +449,52 @@ ATTNPACK_TORCH_API int attnpack_torch_deactivate(char* error, size_t capacity) {
   return guarded(error, capacity, [] { deactivate(); });
 }
 
+namespace {
+
+// at::Context::hasROCM() where this torch has it; else whether a HIP runtime is loaded (a ROCm
+// torch loads libamdhip64 at start-up, a CUDA one never does).
+template <typename Context>
+auto torch_is_rocm(const Context& context, int) -> decltype(context.hasROCM()) {
+  return context.hasROCM();
+}
+template <typename Context>
+bool torch_is_rocm(const Context&, long) {
+  for (const char* library : {"libamdhip64.so", "libamdhip64.so.7", "libamdhip64.so.6"}) {
+    if (::dlopen(library, RTLD_NOW | RTLD_NOLOAD)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+// attnpack.torch.enable() for programs without Python: the overrides plus the SDPA routing.
+ATTNPACK_TORCH_API int attnpack_torch_enable(const char* bundle_directory, char* error, size_t capacity) {
+  return guarded(error, capacity, [&] {
+    // Efficient-op LSE rows are padded to 32 on CUDA builds of torch, not at all on ROCm ones.
+    g_efficient_lse_align.store(torch_is_rocm(at::globalContext(), 0) ? 1 : 32);
+    set_bundle_directory(bundle_directory ? bundle_directory : "");
+    activate();
+    try {
+      route_sdpa_to_flash();
+    } catch (...) {
+      deactivate();
+      throw;
+    }
+  });
+}
+
+ATTNPACK_TORCH_API int attnpack_torch_disable(char* error, size_t capacity) {
+  return guarded(error, capacity, [] {
+    try {
+      undo_routing();
+    } catch (...) {
+      deactivate();
+      throw;
+    }
+    deactivate();
+  });
+}
+
 ATTNPACK_TORCH_API int attnpack_torch_is_active(void) {
   std::lock_guard<std::mutex> lock(g_activation_mutex);
   return g_library ? 1 : 0;
@@ -500,6 +558,7 @@ ATTNPACK_TORCH_API size_t attnpack_torch_bundle_info(int64_t device, char* buffe
 // tensors by the same code the kernels run. `archive` "": the bundle of CUDA device `device`;
 // else that archive opened with the recording driver for `arch` (no GPU needed).
 // shape: B, Hq, Hkv, Sq, Sk, D. entry: 0 flash_fwd, 1 flash_bwd, 2 efficient_fwd, 3 efficient_bwd.
+// deterministic: 0 off, 1 torch.use_deterministic_algorithms(True), 2 the same with warn_only.
 ATTNPACK_TORCH_API size_t attnpack_torch_explain(int entry, const char* dtype, const int64_t* shape, int causal,
                                                  double dropout_p, int return_debug_mask, int has_scale,
                                                  double scale, int has_attn_bias, int deterministic,
@@ -535,6 +594,7 @@ ATTNPACK_TORCH_API size_t attnpack_torch_explain(int entry, const char* dtype, c
     call.has_attn_bias = has_attn_bias != 0;
     if (has_scale) call.scale = scale;
     call.deterministic = deterministic != 0;
+    call.deterministic_warn_only = deterministic == 2;
 
     std::string reason = unservable_reason(call);
     attnpack_bundle* bundle = nullptr;
@@ -572,7 +632,8 @@ ATTNPACK_TORCH_API size_t attnpack_torch_explain(int entry, const char* dtype, c
            ", \"kernel\": " + (served ? json_string(d.kernel.name) : "null") + ", \"family\": " +
            (served ? json_string(d.kernel.family) : "null") + ", \"reason\": " +
            (served ? "null" : json_string(reason)) + ", \"bundle\": " + (bundle ? bundle_json(bundle) : "null") +
-           ", \"runtime\": " + json_string(runtime_text) + "}";
+           ", \"runtime\": " + json_string(runtime_text) + ", \"nondeterministic_warning\": " +
+           (served && d.nondeterministic ? "true" : "false") + "}";
   });
   if (failed) json = "{\"error\": " + json_string(error) + "}";
   return write_text(json, buffer, capacity);
