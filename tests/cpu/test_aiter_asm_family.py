@@ -377,7 +377,12 @@ def test_db_seed_gives_aiter_the_buckets_it_serves():
         ("fwd", "bf16", 128), *(("bwd", t, d) for t in ("fp16", "bf16") for d in (64, 128))}
     assert all(e["gqa"] == 1 for e in aiter if e["op"] == "bwd")
     assert all(e["kernel"].endswith("/buildMI300") for e in aiter if e["op"] == "fwd")
-    assert len(aiter) == 126 and len(db.entries) == 352
+    keys = standard_keys()
+    gqas, pairs = {k.gqa for k in keys}, {(k.sq, k.sk) for k in keys}
+    square = {p for p in pairs if p[0] == p[1]}
+    # fwd: every full bucket, causal ones with Sq == Sk; bwd: MHA buckets, 2 dtypes x 2 dims
+    assert len(aiter) == len(gqas) * (len(pairs) + len(square)) + 2 * 2 * 2 * len(pairs)
+    assert len(db.entries) == len(keys)
     # the catch-all per functional key (no bucket) stays the triton family's
     defaults = default_variants("gfx942", families)
     assert {v.family for v in defaults.values()} == {"triton"}
