@@ -198,9 +198,7 @@ def build_forward(dtype: str, head_dim: int, causal: bool, config: dict):
 
         # ---- K/V traffic: each group moves rows kv_rows_of_group(g) of every tile
         def kv_chunk(r):
-            """(row in tile, byte column) of this lane's r-th 16-byte chunk of its group's half."""
-            i = lane_in_group + GROUP_THREADS * r
-            return group * HALF_N + i // CHUNKS_PER_ROW, (i % CHUNKS_PER_ROW) * 16
+            return tiles.kv_chunk(lane_in_group, group, r, D, cfg)
 
         def fetch_kv(tile):
             """This lane's share of K/V tile `tile`, global -> registers, as one i32 vector."""
@@ -224,11 +222,12 @@ def build_forward(dtype: str, head_dim: int, causal: bool, config: dict):
         # ---- matrix phase pieces
         def scores(tile, q_regs):
             """Sᵀ of `tile` for this wave: N_KEY_BLOCKS accumulators of 32 keys x 32 rows."""
-            k_base = (tile % tiles.KV_STAGES) * SLOT_B + col * PITCH_B + half * 16
+            k_base = (tile % tiles.KV_STAGES) * SLOT_B + tiles.k_operand_offset(lane, 0, 0, D)
             out = []
             for nb in range_constexpr(N_KEY_BLOCKS):
                 s = _splat_f32(16, 0.0)
                 for c in range_constexpr(N_QK_STEPS):
+                    # k_operand_offset(lane, nb, c) = k_operand_offset(lane, 0, 0) + a constant
                     at = k_base + nb * tiles.MFMA_M * PITCH_B + c * tiles.MFMA_K * tiles.ELEM_BYTES
                     k_op = llvm.LoadOp(v8e, lds_ptr(at), alignment=16).result
                     s = mfma(v16f32, [k_op, q_regs[c], s])
@@ -241,8 +240,7 @@ def build_forward(dtype: str, head_dim: int, causal: bool, config: dict):
         # Vᵀ through ds_read_b64_tr_b16: in 16-lane group (h, d-half), lane j reads key row
         # 4h + j // 4 (+ 8 for the second read), head-dim columns 16·d-half + 4·(j % 4)..+3;
         # lane i of the group receives column i of those 4 rows.
-        tr_lane_off = ((half * 4 + (lane % 16) // 4) * PITCH_B
-                       + ((lane // 16) % 2 * 16 + (lane % 4) * 4) * tiles.ELEM_BYTES)
+        tr_lane_off = tiles.v_tr_offset(lane, 0, 0, 0, D)
 
         def accumulate_pv(tile, acc, p_ops):
             v_base = (tile % tiles.KV_STAGES) * SLOT_B + V_OFF_B + tr_lane_off
@@ -251,6 +249,7 @@ def build_forward(dtype: str, head_dim: int, causal: bool, config: dict):
             for db in range_constexpr(N_D_BLOCKS):
                 a = _slice(acc, 16 * db, 16)
                 for kc in range_constexpr(N_PV_STEPS):
+                    # v_tr_offset(lane, kc, db, 0) = v_tr_offset(lane, 0, 0, 0) + a constant
                     at = v_base + kc * tiles.MFMA_K * PITCH_B + db * tiles.MFMA_M * tiles.ELEM_BYTES
                     lo = _raw(rocdl.ds_read_tr16_b64(v4e, lds_ptr(at)))
                     hi = _raw(rocdl.ds_read_tr16_b64(v4e, lds_ptr(at + 8 * PITCH_B)))
@@ -264,7 +263,7 @@ def build_forward(dtype: str, head_dim: int, causal: bool, config: dict):
         # key offset of accumulator element e within a 32-key block, minus the lane's 4h
         # key of accumulator element e of key block nb, relative to the lane's first key 4h;
         # small immediates, so the masks need no registers
-        key_offsets = [nb * tiles.MFMA_M + 8 * (e // 4) + e % 4
+        key_offsets = [nb * tiles.MFMA_M + tiles.acc_row(0, e)
                        for nb in range(N_KEY_BLOCKS) for e in range(16)]
         neg_inf = arith.constant(f32, float("-inf"))
         scale = _raw(sm_scale_log2)
@@ -302,7 +301,7 @@ def build_forward(dtype: str, head_dim: int, causal: bool, config: dict):
         # ---- prologue: Qᵀ into registers, K/V tiles 0 and 1 into LDS
         q_regs = []
         for c in range_constexpr(N_QK_STEPS):
-            at = my_row * q_ss32 * tiles.ELEM_BYTES + (c * tiles.MFMA_K + half * 8) * tiles.ELEM_BYTES
+            at = (my_row * q_ss32 + tiles.q_operand_col(lane, c)) * tiles.ELEM_BYTES
             q_regs.append(vector.bitcast(v8e, load16(q_rsrc, at)))
         first = fetch_kv(0)
         second = fetch_kv(1)
@@ -363,7 +362,7 @@ def build_forward(dtype: str, head_dim: int, causal: bool, config: dict):
         o_row = my_row * o_ss32 * tiles.ELEM_BYTES
         for db in range_constexpr(N_D_BLOCKS):
             for band in range_constexpr(4):  # accumulator rows 8·band + 4h .. +3: 4 adjacent head dims
-                d0 = db * tiles.MFMA_M + band * 8 + half * 4
+                d0 = db * tiles.MFMA_M + tiles.acc_row(lane, 4 * band)
                 piece = vector.bitcast(ir.VectorType.get([2], i32), _slice(out, 16 * db + 4 * band, 4))
                 rocdl.raw_ptr_buffer_store(piece, o_rsrc, _raw(o_row + d0 * tiles.ELEM_BYTES),
                                            _i32(0))

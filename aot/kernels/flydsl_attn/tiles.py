@@ -124,3 +124,40 @@ def kv_rows_of_group(group: int, config: dict) -> range:
     """Rows of a K/V tile that `group` moves: each group moves one half."""
     half = config["block_n"] // GROUPS
     return range(group * half, (group + 1) * half)
+
+
+# ---- lane mappings: where each lane's data comes from. fwd.py computes its addresses with
+# these (on FlyDSL integers), and tests/cpu/test_flydsl_attn_lanes.py replays them lane by lane
+# on NumPy against the MFMA and ds_read_b64_tr_b16 data layouts.
+def kv_chunk(lane_in_group, group, r, head_dim: int, config: dict):
+    """(row in the K/V tile, byte column) of a lane's r-th 16-byte chunk of its group's half."""
+    i = lane_in_group + config["waves_per_group"] * WAVE_SIZE * r
+    chunks_per_row = head_dim // 8
+    return group * (config["block_n"] // GROUPS) + i // chunks_per_row, (i % chunks_per_row) * 16
+
+
+def q_operand_col(lane, step):
+    """First of the 8 head-dim columns of Q (row lane % 32) a lane holds for k-step `step` of
+    Sᵀ = K Qᵀ; K's A operand uses the same columns."""
+    return step * MFMA_K + (lane // 32) * 8
+
+
+def k_operand_offset(lane, key_block, step, head_dim: int):
+    """Byte offset in the K tile of a lane's 8 elements (ds_read_b128) for key block/k-step."""
+    return ((key_block * MFMA_M + lane % 32) * lds_pitch(head_dim) * ELEM_BYTES
+            + q_operand_col(lane, step) * ELEM_BYTES)
+
+
+def v_tr_offset(lane, step, d_block, second, head_dim: int):
+    """Byte offset in the V tile a lane hands to ds_read_b64_tr_b16 for PV k-step `step`
+    (keys 16·step ..), head-dim block `d_block`, first (keys +4h..) or second (+8+4h..) read:
+    in its 16-lane group (h = lane // 32, column half = (lane // 16) % 2), lane j reads key row
+    4h + j // 4 and 4 head-dim columns starting 16·half + 4·(j % 4)."""
+    key = step * MFMA_K + (lane // 32) * 4 + (lane % 16) // 4 + 8 * second
+    dcol = d_block * MFMA_M + ((lane // 16) % 2) * 16 + (lane % 4) * 4
+    return key * lds_pitch(head_dim) * ELEM_BYTES + dcol * ELEM_BYTES
+
+
+def acc_row(lane, e):
+    """Row of element e of a lane's 32x32 accumulator (its column is lane % 32)."""
+    return 8 * (e // 4) + 4 * (lane // 32) + e % 4
