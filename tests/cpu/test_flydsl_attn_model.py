@@ -87,5 +87,7 @@ def test_kernel_and_model_share_tile_constants():
     assert (t.MFMA_M, t.MFMA_N, t.MFMA_K, t.ROWS_PER_WAVE, t.KV_STAGES) == (32, 32, 16, 32, 3)
     with pytest.raises(ValueError, match="block_n"):
         t.check_config(64, "bf16", {"block_n": 32})   # 4 waves cannot split a 16x64 half tile
+    with pytest.raises(ValueError, match="256 registers"):
+        t.check_config(128, "bf16", {"block_n": 64})
     with pytest.raises(ValueError, match="unknown config keys"):
         t.check_config(64, "bf16", {"stages": 2})

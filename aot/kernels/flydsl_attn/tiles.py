@@ -61,6 +61,10 @@ def check_config(head_dim: int, dtype: str, config: dict) -> dict:
         raise ValueError(f"flydsl_attn: block_n={full['block_n']} with head_dim={head_dim} gives a "
                          f"K/V half-tile that {full['waves_per_group']} waves cannot split into "
                          "whole 16-byte loads; use a larger block_n or fewer waves")
+    if head_dim == 128 and full["block_n"] == 64 and full["waves_per_group"] == 4:
+        raise ValueError("flydsl_attn: head_dim 128 with block_n=64 and 4 waves per group needs "
+                         "more than the 256 registers a wave has at 2 waves per SIMD (it spilled "
+                         "to scratch); use block_n=32, or waves_per_group=2")
     return full
 
 
