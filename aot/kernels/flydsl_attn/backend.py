@@ -192,9 +192,9 @@ def _code_object_of(artifact) -> bytes:
 def amdgpu_args(image: bytes, symbol: str) -> tuple[list[KernelArg], int]:
     """Explicit kernel arguments (name by position) and kernarg size, from NT_AMDGPU_METADATA.
     Reuses attnpack's ELF reader for the note; checks it against EXPECTED_ARGS."""
-    from attnpack.archive.elf import kernel_facts
+    from attnpack.archive.elf import amdgpu_kernel_metadata, kernel_facts
     facts = kernel_facts(image, symbol)
-    meta = _kernel_metadata(image, symbol)
+    meta = amdgpu_kernel_metadata(image, symbol)
     explicit = [a for a in meta[".args"] if not a[".value_kind"].startswith("hidden_")]
     if len(explicit) != len(EXPECTED_ARGS):
         raise RuntimeError(f"flydsl_attn: {symbol} has {len(explicit)} kernel arguments, "
@@ -205,29 +205,9 @@ def amdgpu_args(image: bytes, symbol: str) -> tuple[list[KernelArg], int]:
             raise RuntimeError(f"flydsl_attn: argument '{name}' is {a['.size']} bytes "
                                f"{a['.value_kind']}, expected {size} bytes {kind}")
         args.append(KernelArg(name, a[".offset"], a[".size"], a[".value_kind"]))
-    assert [(a.offset, a.size) for a in args] == facts.params
+    if [(a.offset, a.size) for a in args] != facts.params:
+        raise RuntimeError(f"flydsl_attn: {symbol}: argument offsets disagree with elf.kernel_facts")
     return args, facts.kernarg_size
-
-
-def _kernel_metadata(image: bytes, symbol: str) -> dict:
-    """The amdhsa.kernels entry of `symbol` (elf.py parses the same note; it keeps only
-    offsets and sizes, and we want value kinds too)."""
-    import struct
-
-    import msgpack
-
-    from attnpack.archive import elf
-    sections = elf._sections(image)
-    note = next(s for s in sections if s[1] == 7)
-    at, end = note[2], note[2] + note[3]
-    while at < end:
-        namesz, descsz, ntype = struct.unpack_from("<III", image, at)
-        desc_at = at + 12 + ((namesz + 3) & ~3)
-        if ntype == elf.NT_AMDGPU_METADATA:
-            meta = msgpack.unpackb(image[desc_at:desc_at + descsz], raw=False)
-            return next(k for k in meta["amdhsa.kernels"] if k[".name"] == symbol)
-        at = desc_at + ((descsz + 3) & ~3)
-    raise RuntimeError("flydsl_attn: no NT_AMDGPU_METADATA note")
 
 
 def launch_words(args: list[KernelArg]) -> list[LaunchWord]:

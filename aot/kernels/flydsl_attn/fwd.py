@@ -116,8 +116,6 @@ def build_forward(dtype: str, head_dim: int, causal: bool, config: dict):
     N_PV_STEPS = BLOCK_N // tiles.MFMA_K                    # k-steps of Oᵀ += Vᵀ Pᵀ
     N_D_BLOCKS = D // tiles.MFMA_M                          # Oᵀ accumulators per wave
     LOADS = tiles.loads_per_lane(D, cfg)                    # 16-byte loads per tensor per tile
-    CHUNKS_PER_ROW = D // 8                                 # 16-byte chunks in a row
-    HALF_N = BLOCK_N // tiles.GROUPS
     fx_elem = fx.BFloat16 if dtype == "bf16" else fx.Float16
     mfma = rocdl.mfma_f32_32x32x16_bf16 if dtype == "bf16" else rocdl.mfma_f32_32x32x16_f16
 
