@@ -8,9 +8,10 @@ Forward only (the family has no backward). Both families run through libattnpack
 archives built here (or found in --archives): `--family gluon --all` (every Gluon kernel is
 timed, forced by name, and the fastest correct one is reported) and the triton family's
 default forwards. Before timing, each Gluon kernel's output is compared with cuDNN's; a kernel
-off by more than --max-diff is reported as wrong and not timed. Timing: triton.testing.do_bench,
-median, with its L2 flush. FLOPs 4*B*Hq*Sq*Sk*D, halved when causal. Every row names the
-kernel that served it; ratios are against cuDNN measured in the same run.
+off by more than --max-diff is reported as wrong and not timed. Timing, FLOPs, inputs and the
+PyTorch side are attnpack.bench's (warm-up, L2 flush, CUDA events, median; the tuner's FLOP
+count, visible pairs under causal). Every row names the kernel that served it; ratios are
+against cuDNN measured in the same run.
 """
 from __future__ import annotations
 
@@ -26,12 +27,14 @@ import torch
 import triton
 
 sys.path.insert(0, str(Path(__file__).parent))
-from triton_family import (BACKENDS, SHAPES, flops, fmt, inputs, label,  # noqa: E402
-                           matmul_rate, pytorch, ratio_summary, timed)
+from triton_family import NATIVE, SHAPES, cudnn_output, fmt, ratio_summary  # noqa: E402
 
 from attnpack import runtime as rt  # noqa: E402
 from attnpack.archive import read_archive  # noqa: E402
-from attnpack.build import BuildRequest, build_archives  # noqa: E402
+from attnpack.bench.measure import backend, make_inputs, time_op  # noqa: E402
+from attnpack.bench.shapes import dims_label, load_shape_file, shape_flops  # noqa: E402
+from attnpack.bench.timing import Timer, matmul_tflops  # noqa: E402
+from attnpack.builder import BuildRequest, build_archives  # noqa: E402
 
 
 def archives(folder: Path | None) -> tuple[Path, Path]:
@@ -58,19 +61,19 @@ def runtime_fwd(bundle, q, k, v, causal, scale, kernel=None):
     return run, o
 
 
-def bench(shapes, gluon_path, triton_path, warmup, rep, max_diff):
+def bench(shapes, gluon_path, triton_path, timer: Timer, max_diff):
     gluon_names = [k for k in read_archive(gluon_path).kernels]
     rows = []
     with rt.Bundle(gluon_path) as gluon, rt.Bundle(triton_path) as triton_:
         for shape in shapes:
-            if shape["head_dim"] not in (64, 128):
+            if shape.head_dim not in (64, 128):
                 continue
-            q, k, v, _ = inputs(shape)
-            causal, scale = shape["causal"], 1.0 / math.sqrt(shape["head_dim"])
-            f = flops(shape, "fwd")
-            row = {"shape": label(shape), "gluon": {}, "wrong": {}}
-            _, _, want = pytorch(q, k, v, q, causal, scale, BACKENDS[0][1])  # cuDNN's output
-            key = {"dtype": shape["dtype"], "head_dim": shape["head_dim"], "causal": causal}
+            q, k, v, do = tensors = make_inputs(shape)
+            causal, scale = shape.causal, 1.0 / math.sqrt(shape.head_dim)
+            f = shape_flops(shape, "fwd")
+            row = {"shape": dims_label(shape), "gluon": {}, "wrong": {}}
+            want = cudnn_output(shape, q, k, v)
+            key = {"dtype": shape.dtype, "head_dim": shape.head_dim, "causal": causal}
             for rec in (r for r in gluon_names if r["key"] == key):
                 run, o = runtime_fwd(gluon, q, k, v, causal, scale, rec["name"])
                 run()
@@ -79,7 +82,7 @@ def bench(shapes, gluon_path, triton_path, warmup, rep, max_diff):
                 if not diff <= max_diff:  # NaN fails too
                     row["wrong"][rec["name"]] = diff
                     continue
-                row["gluon"][rec["name"]] = f / timed(run, warmup, rep) / 1e9
+                row["gluon"][rec["name"]] = f / timer.median_ms(run) / 1e9
             best = max(row["gluon"].items(), key=lambda kv: kv[1], default=(None, None))
             row["gluon_kernel"], row["gluon_tflops"] = best
             run, _ = runtime_fwd(triton_, q, k, v, causal, scale)
@@ -87,13 +90,11 @@ def bench(shapes, gluon_path, triton_path, warmup, rep, max_diff):
             row["triton_kernel"] = triton_.select(rt.problem_from_tensors(
                 "fwd", q, k, v, torch.empty_like(q),
                 torch.empty(q.shape[:3], device="cuda"), causal=causal)).name
-            row["triton_tflops"] = f / timed(run, warmup, rep) / 1e9
-            for name, backend in BACKENDS:
-                try:
-                    p_fwd, _, _ = pytorch(q, k, v, q, causal, scale, backend)
-                    row[name] = f / timed(p_fwd, warmup, rep) / 1e9
-                except RuntimeError:
-                    row[name] = None
+            row["triton_tflops"] = f / timer.median_ms(run) / 1e9
+            for name in NATIVE:
+                with backend(name):
+                    timing = time_op(name, "fwd", shape, tensors, timer)
+                row[name] = f / timing["ms"] / 1e9 if "ms" in timing else None
             rows.append(row)
             print_row(row)
             torch.cuda.empty_cache()
@@ -114,24 +115,25 @@ def main(argv=None):
     ap.add_argument("--shapes", type=Path, default=SHAPES)
     ap.add_argument("--select", help="comma-separated indices into the shape list")
     ap.add_argument("--archives", type=Path, help="folder with gluon/ and triton/ archives")
-    ap.add_argument("--warmup", type=int, default=25, help="do_bench warm-up, ms")
-    ap.add_argument("--rep", type=int, default=100, help="do_bench repetition time, ms")
+    ap.add_argument("--warmup", type=int, default=5, help="untimed calls before timing")
+    ap.add_argument("--reps", type=int, default=30, help="timed calls; the median counts")
     ap.add_argument("--max-diff", type=float, default=3e-2,
                     help="largest |O - cuDNN's O| a kernel may show and still be timed")
     ap.add_argument("--json", type=Path, help="write the results here")
     args = ap.parse_args(argv)
-    shapes = json.loads(args.shapes.read_text())["shapes"]
+    shapes = load_shape_file(args.shapes)
     if args.select:
         shapes = [shapes[int(i)] for i in args.select.split(",")]
     gluon, triton_ = archives(args.archives)
     props = torch.cuda.get_device_properties(0)
     print(f"# {props.name}, torch {torch.__version__}, triton {triton.__version__}, "
           f"cuDNN {torch.backends.cudnn.version()}, {time.strftime('%Y-%m-%d')}")
-    rate = matmul_rate()
+    timer = Timer(reps=args.reps, warmup=args.warmup)
+    rate = matmul_tflops(timer)
     print(f"# dense bf16 matmul 8192^3: {rate:.0f} TFLOP/s")
     print(f"{'shape':<32} | {'fwd TFLOP/s: gluon triton cuDNN flash':>21} | {'/cuDNN g t':>11} | "
           "kernels: gluon ; triton")
-    rows = bench(shapes, gluon, triton_, args.warmup, args.rep, args.max_diff)
+    rows = bench(shapes, gluon, triton_, timer, args.max_diff)
     for fam in ("gluon", "triton"):
         rs = [r[f"{fam}_tflops"] / r["cudnn"] for r in rows if r[f"{fam}_tflops"] and r["cudnn"]]
         if rs:

@@ -11,7 +11,8 @@
    cuDNN (which builds an execution graph per new shape, ~60 ms) and flash. Target < 1 ms.
 3. Cold start, in a fresh process: the very first call, including opening the archive and
    loading the kernel image (attnpack), or cuDNN's first graph.
-Every attnpack row names the kernel that served it (attnpack.torch.stats()).
+Every attnpack row names the kernel that served it (attnpack.torch.stats()). The first-call
+and cold-start measurements are attnpack.bench.dynamic's, which `attnpack bench` reports too.
 Needs the built extension (python/attnpack/torch/_lib or ATTNPACK_TORCH_LIB) and a bundle for
 this GPU (ATTNPACK_BUNDLE_DIR).
 """
@@ -20,16 +21,16 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import statistics
-import subprocess
-import sys
-import time
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 import attnpack.torch as attnpack_torch
+from attnpack.bench import dynamic
+from attnpack.bench.report import percentile
+from attnpack.bench.shapes import Shape
+from attnpack.bench.timing import host_us_per_call
 
 DEV = "cuda"
 
@@ -41,20 +42,6 @@ def attnpack(on: bool):
         yield
     finally:
         attnpack_torch.disable()
-
-
-def host_us_per_call(fn, calls: int, repeats: int) -> float:
-    for _ in range(50):
-        fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-        samples.append((time.perf_counter() - start) / calls * 1e6)
-    return statistics.median(samples)
 
 
 def served_kernels() -> str:
@@ -85,68 +72,27 @@ def overhead(args) -> list[dict]:
     return rows
 
 
-def first_call_ms(fn) -> tuple[float, float]:
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    fn()
-    torch.cuda.synchronize()
-    first = (time.perf_counter() - start) * 1e3
-    start = time.perf_counter()
-    fn()
-    torch.cuda.synchronize()
-    return first, (time.perf_counter() - start) * 1e3
+# Each backend gets lengths no other one has seen, after a warm-up call outside the counted set.
+NEW_LENGTH_SHAPE = Shape(1, 16, 16, 1024, 1024, 128, True, "bf16")
+COLD_SHAPE = Shape(1, 16, 16, 1024, 1024, 128, True, "bf16")
+LABELS = {"attnpack": "attnpack", "cudnn": "pytorch cudnn", "flash": "pytorch flash"}
 
 
 def new_lengths(args) -> list[dict]:
-    def at_length(s):
-        q = torch.randn(1, 16, s, 128, device=DEV, dtype=torch.bfloat16)
-        return lambda: F.scaled_dot_product_attention(q, q, q, is_causal=True)
-
+    measured = dynamic.new_lengths(NEW_LENGTH_SHAPE, args.lengths, backends=tuple(LABELS), base=1000)
     rows = []
-    # Each backend gets lengths no other one has seen; 3001 is a warm-up outside the counted set.
-    for index, (label, on, backend) in enumerate((("attnpack", True, None),
-                                                  ("pytorch cudnn", False, SDPBackend.CUDNN_ATTENTION),
-                                                  ("pytorch flash", False, SDPBackend.FLASH_ATTENTION))):
-        with attnpack(on), (sdpa_kernel(backend) if backend else contextlib.nullcontext()):
-            attnpack_torch.reset_stats()
-            first_call_ms(at_length(3001 + index))  # loads the kernel / initializes the library
-            firsts, seconds = [], []
-            for i in range(args.lengths):
-                first, second = first_call_ms(at_length(1000 + 97 * i + 13 * index))
-                firsts.append(first)
-                seconds.append(second)
-            kernels = served_kernels() if on else "-"
-        rows.append({"backend": label, "first_median_ms": statistics.median(firsts), "first_max_ms": max(firsts),
-                     "second_median_ms": statistics.median(seconds), "kernels": kernels})
+    for name, rec in measured.items():
+        rows.append({"backend": LABELS[name], "first_median_ms": percentile(rec["first_ms"], 50),
+                     "first_max_ms": max(rec["first_ms"]),
+                     "second_median_ms": percentile(rec["second_ms"], 50),
+                     "kernels": ", ".join(sorted(rec.get("kernels", {}))) or "-"})
     return rows
-
-
-COLD = """
-import time, torch, torch.nn.functional as F, attnpack.torch as T
-from torch.nn.attention import SDPBackend, sdpa_kernel
-q = torch.randn(1, 16, 1024, 128, device='cuda', dtype=torch.bfloat16)
-torch.cuda.synchronize()
-backend = {backend!r}
-if backend == 'attnpack':
-    T.enable()
-ctx = sdpa_kernel(SDPBackend.CUDNN_ATTENTION) if backend == 'cudnn' else sdpa_kernel(SDPBackend.FLASH_ATTENTION)
-with ctx:
-    start = time.perf_counter()
-    F.scaled_dot_product_attention(q, q, q, is_causal=True)
-    torch.cuda.synchronize()
-print((time.perf_counter() - start) * 1e3)
-"""
 
 
 def cold_start() -> list[dict]:
-    rows = []
-    for backend in ("attnpack", "cudnn", "flash"):
-        done = subprocess.run([sys.executable, "-c", COLD.format(backend=backend)], capture_output=True,
-                              text=True, timeout=600)
-        ms = float(done.stdout.split()[-1]) if done.returncode == 0 else float("nan")
-        rows.append({"backend": backend, "first_call_ms": ms,
-                     "error": None if done.returncode == 0 else done.stderr[-500:]})
-    return rows
+    measured = dynamic.cold_start(COLD_SHAPE, backends=("attnpack", "cudnn", "flash"), jit=False)
+    return [{"backend": name, "first_call_ms": rec.get("first_call_ms", float("nan")),
+             "error": rec.get("error")} for name, rec in measured.items()]
 
 
 def main():

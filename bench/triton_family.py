@@ -6,10 +6,11 @@
     PYTHONPATH=python python3 bench/triton_family.py --warm -j 12    # compile in parallel, then exit
 
 Our kernels are launched through attnpack.jit from the family's launch specs (the default
-variant of each functional key unless --sweep). Timing: triton.testing.do_bench, median, with
-its L2 flush before every repetition. FLOPs: forward 4*B*Hq*Sq*Sk*D, halved when causal;
-backward 2.5x forward. PyTorch backends get K/V expanded to Hq heads for GQA (outside the timed
-region). Every row says which variant served it.
+variant of each functional key unless --sweep), not through the bundle: `attnpack bench`
+measures what F.sdpa runs. Timing, FLOPs, inputs and the PyTorch side are attnpack.bench's
+(timing.Timer: warm-up, L2 flush, CUDA events, median; the tuner's FLOP count; F.sdpa with
+cuDNN, flash or efficient forced, grouped-query heads as they are). Every row says which
+variant served it.
 """
 from __future__ import annotations
 
@@ -25,49 +26,25 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 import triton
-from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from attnpack import jit
+from attnpack.bench.measure import backend, make_inputs, time_op
+from attnpack.bench.report import geomean
+from attnpack.bench.shapes import DEFAULT_SHAPE_FILES, Shape, dims_label, load_shape_file, shape_flops
+from attnpack.bench.timing import Timer, matmul_tflops
 from attnpack.family import FunctionalKey, kernels_root, load_family
 
 ARCH = "sm_90"
-SHAPES = Path(__file__).with_name("shapes.json")
-DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
-BACKENDS = (("cudnn", SDPBackend.CUDNN_ATTENTION), ("flash", SDPBackend.FLASH_ATTENTION),
-            ("efficient", SDPBackend.EFFICIENT_ATTENTION))
+SHAPES = DEFAULT_SHAPE_FILES[0]
+NATIVE = ("cudnn", "flash", "efficient")
 
 
 def family():
     return load_family(kernels_root() / "triton_attn")
 
 
-def flops(shape, op):
-    f = 4 * shape["batch"] * shape["heads_q"] * shape["seqlen_q"] * shape["seqlen_k"] * shape["head_dim"]
-    f = f / 2 if shape["causal"] else f
-    return f * (2.5 if op == "bwd" else 1.0)
-
-
-def key_of(shape):
-    return FunctionalKey(shape["dtype"], shape["head_dim"], shape["causal"])
-
-
-def label(shape):
-    gqa = f"/{shape['heads_kv']}" if shape["heads_kv"] != shape["heads_q"] else ""
-    return (f"B{shape['batch']} H{shape['heads_q']}{gqa} S{shape['seqlen_q']}"
-            f"{'' if shape['seqlen_q'] == shape['seqlen_k'] else 'x' + str(shape['seqlen_k'])} "
-            f"d{shape['head_dim']} {'causal' if shape['causal'] else 'full'}")
-
-
-def inputs(shape, device="cuda"):
-    torch.manual_seed(0)
-    dt = DTYPES[shape["dtype"]]
-    b, hq, hkv = shape["batch"], shape["heads_q"], shape["heads_kv"]
-    sq, sk, d = shape["seqlen_q"], shape["seqlen_k"], shape["head_dim"]
-    q = torch.randn(b, hq, sq, d, device=device, dtype=dt)
-    k = torch.randn(b, hkv, sk, d, device=device, dtype=dt)
-    v = torch.randn(b, hkv, sk, d, device=device, dtype=dt)
-    do = torch.randn(b, hq, sq, d, device=device, dtype=dt)
-    return q, k, v, do
+def key_of(shape: Shape) -> FunctionalKey:
+    return FunctionalKey(shape.dtype, shape.head_dim, shape.causal)
 
 
 def ours(q, k, v, do, fwd, bwd, scale):
@@ -77,33 +54,15 @@ def ours(q, k, v, do, fwd, bwd, scale):
     dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
     fwd_args = {"q": q, "k": k, "v": v, "o": o, "lse": lse}
     bwd_args = {**fwd_args, "do": do, "dq": dq, "dk": dk, "dv": dv}
-    run_fwd = lambda: jit.launch(fwd, fwd_args, scale)
-    run_bwd = lambda: jit.launch(bwd, bwd_args, scale)
+    run_fwd = lambda: jit.launch(fwd, fwd_args, scale)  # noqa: E731
+    run_bwd = lambda: jit.launch(bwd, bwd_args, scale)  # noqa: E731
     return run_fwd, run_bwd, o, bwd_args
 
 
-def pytorch(q, k, v, do, causal, scale, backend):
-    group = q.shape[1] // k.shape[1]
-    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
-    q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
-
-    def run_fwd():
-        with sdpa_kernel(backend):
-            return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
-    out = run_fwd()  # raises if the backend refuses the shape
-    run_bwd = lambda: torch.autograd.grad(out, (q, k, v), do, retain_graph=True)
-    return run_fwd, run_bwd, out.detach()
-
-
-def timed(fn, warmup, rep) -> float:
-    """Median milliseconds."""
-    return triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median")
-
-
-def matmul_rate() -> float:
-    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
-    ms = timed(lambda: a @ a, 25, 200)
-    return 2 * 8192 ** 3 / ms / 1e9
+def cudnn_output(shape: Shape, q, k, v):
+    with backend("cudnn"):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=shape.causal,
+                                              enable_gqa=shape.gqa)
 
 
 # ---------------------------------------------------------------- compile warm-up (parallel)
@@ -112,9 +71,7 @@ def _warm_one(todo):
     for op, dtype, d, causal, config in todo:
         key = FunctionalKey(dtype, d, causal)
         variant = spec.variant(ARCH, op, key, config)
-        shape = {"batch": 1, "heads_q": 2, "heads_kv": 1, "seqlen_q": 200, "seqlen_k": 200,
-                 "head_dim": d, "causal": causal, "dtype": dtype}
-        q, k, v, do = inputs(shape)
+        q, k, v, do = make_inputs(Shape(1, 2, 1, 200, 200, d, causal, dtype))
         o, lse = torch.empty_like(q), torch.empty(q.shape[:3], device="cuda")
         tensors = {"q": q, "k": k, "v": v, "o": o, "lse": lse, "do": do, "dq": torch.empty_like(q),
                    "dk": torch.empty_like(k), "dv": torch.empty_like(v)}
@@ -142,33 +99,34 @@ def warm(spec, jobs: int, sweep: bool, head_dims, dtypes):
 
 
 # ---------------------------------------------------------------- benchmarks
-def bench_defaults(spec, shapes, warmup, rep):
+def bench_defaults(spec, shapes, timer: Timer):
     defaults = {(v.op, v.key): v for v in spec.default_variants(ARCH)}
     rows = []
     for shape in shapes:
-        q, k, v, do = inputs(shape)
-        scale = 1.0 / math.sqrt(shape["head_dim"])
+        q, k, v, do = tensors = make_inputs(shape)
+        scale = 1.0 / math.sqrt(shape.head_dim)
         key = key_of(shape)
         fwd, bwd = defaults[("fwd", key)], defaults[("bwd", key)]
-        row = {"shape": label(shape), "fwd_variant": fwd.config_tag, "bwd_variant": bwd.config_tag}
+        row = {"shape": dims_label(shape), "fwd_variant": fwd.config_tag, "bwd_variant": bwd.config_tag}
         run_fwd, run_bwd, out, _ = ours(q, k, v, do, fwd, bwd, scale)
         run_fwd()
-        row["attnpack"] = {"fwd": flops(shape, "fwd") / timed(run_fwd, warmup, rep) / 1e9,
-                           "bwd": flops(shape, "bwd") / timed(run_bwd, warmup, rep) / 1e9}
-        for name, backend in BACKENDS:
-            try:
-                p_fwd, p_bwd, p_out = pytorch(q, k, v, do, shape["causal"], scale, backend)
-            except RuntimeError as e:
-                row[name] = {"fwd": None, "bwd": None, "error": str(e).splitlines()[0][:80]}
-                continue
-            row[name] = {"fwd": flops(shape, "fwd") / timed(p_fwd, warmup, rep) / 1e9,
-                         "bwd": flops(shape, "bwd") / timed(p_bwd, warmup, rep) / 1e9}
-            if name == "cudnn":
-                row["max_abs_diff_vs_cudnn"] = (out.float() - p_out.float()).abs().max().item()
-            del p_fwd, p_bwd, p_out
+        row["attnpack"] = {"fwd": shape_flops(shape, "fwd") / timer.median_ms(run_fwd) / 1e9,
+                           "bwd": shape_flops(shape, "bwd") / timer.median_ms(run_bwd) / 1e9}
+        for name in NATIVE:
+            row[name] = {}
+            with backend(name):
+                for op in ("fwd", "bwd"):
+                    timing = time_op(name, op, shape, tensors, timer)
+                    ms = timing.get("ms")
+                    row[name][op] = shape_flops(shape, op) / ms / 1e9 if ms else None
+                    if "error" in timing:
+                        row[name]["error"] = timing["error"][:80]
+        if row["cudnn"].get("fwd"):
+            ref = cudnn_output(shape, q, k, v)
+            row["max_abs_diff_vs_cudnn"] = (out.float() - ref.float()).abs().max().item()
         rows.append(row)
         print_row(row, flush=True)
-        del q, k, v, do, run_fwd, run_bwd, out
+        del q, k, v, do, tensors, run_fwd, run_bwd, out
         torch.cuda.empty_cache()
     return rows
 
@@ -179,8 +137,7 @@ def fmt(x):
 
 def ratio_summary(label: str, ratios: list[float]) -> str:
     """'# <label> min, geomean, max' of ratios against cuDNN measured in the same run."""
-    geomean = math.exp(sum(map(math.log, ratios)) / len(ratios))
-    return f"# {label} min {min(ratios):.2f}, geomean {geomean:.2f}, max {max(ratios):.2f}"
+    return f"# {label} min {min(ratios):.2f}, geomean {geomean(ratios):.2f}, max {max(ratios):.2f}"
 
 
 def print_header():
@@ -189,24 +146,24 @@ def print_header():
 
 
 def print_row(row, flush=False):
-    r = lambda op: (row["attnpack"][op] / row["cudnn"][op]) if row["cudnn"].get(op) else None
+    r = lambda op: (row["attnpack"][op] / row["cudnn"][op]) if row["cudnn"].get(op) else None  # noqa: E731
     cols = []
     for op in ("fwd", "bwd"):
-        vals = " ".join(fmt(row[n][op]) for n in ("attnpack", "cudnn", "flash", "efficient"))
+        vals = " ".join(fmt(row[n].get(op)) for n in ("attnpack", "cudnn", "flash", "efficient"))
         ratio = r(op)
         cols.append(f"{vals:>34} {('%.2f' % ratio) if ratio else '-':>10}")
     print(f"{row['shape']:<32} | {cols[0]} | {cols[1]} | {row['fwd_variant']} ; {row['bwd_variant']}",
           flush=flush)
 
 
-def bench_sweep(spec, shapes, warmup, rep):
+def bench_sweep(spec, shapes, timer: Timer):
     """Every declared sm_90 config on each shape; correctness spot-check vs cuDNN's output."""
     results = []
     for shape in shapes:
-        q, k, v, do = inputs(shape)
-        scale = 1.0 / math.sqrt(shape["head_dim"])
+        q, k, v, do = make_inputs(shape)
+        scale = 1.0 / math.sqrt(shape.head_dim)
         key = key_of(shape)
-        _, _, ref = pytorch(q, k, v, do, shape["causal"], scale, SDPBackend.CUDNN_ATTENTION)
+        ref = cudnn_output(shape, q, k, v)
         fwd_default = spec.default_config(ARCH, "fwd", key)
         bwd_default = spec.default_config(ARCH, "bwd", key)
         for op in ("fwd", "bwd"):
@@ -220,16 +177,16 @@ def bench_sweep(spec, shapes, warmup, rep):
                 run_fwd, run_bwd, out, tensors = ours(q, k, v, do, fwd, bwd, scale)
                 run_fwd()
                 err = (out.float() - ref.float()).abs().max().item()
-                ms = timed(run_fwd if op == "fwd" else run_bwd, warmup, rep)
-                res = {"shape": label(shape), "hd": shape["head_dim"], "causal": shape["causal"],
+                ms = timer.median_ms(run_fwd if op == "fwd" else run_bwd)
+                res = {"shape": dims_label(shape), "hd": shape.head_dim, "causal": shape.causal,
                        "op": op, "config": variant.config_tag,
-                       "tflops": flops(shape, op) / ms / 1e9, "fwd_err_vs_cudnn": err}
+                       "tflops": shape_flops(shape, op) / ms / 1e9, "fwd_err_vs_cudnn": err}
                 if op == "bwd":  # where the backward's time goes, step by step
                     res["step_ms"] = {}
                     for step in variant.steps:
                         alone = dataclasses.replace(variant, steps=(step,))
-                        res["step_ms"][step.name] = timed(
-                            lambda: jit.launch(alone, tensors, scale), warmup, rep)
+                        res["step_ms"][step.name] = timer.median_ms(
+                            lambda: jit.launch(alone, tensors, scale))
                 results.append(res)
                 steps = " ".join(f"{n[4:]} {t:.3f}" for n, t in res.get("step_ms", {}).items())
                 print(f"{res['shape']:<32} {op} {res['config']:<46} {res['tflops']:6.0f} TFLOP/s"
@@ -242,8 +199,7 @@ def bench_sweep(spec, shapes, warmup, rep):
         groups.setdefault((r["op"], r["hd"], r["causal"]), {}).setdefault(r["config"], []).append(
             r["tflops"])
     for (op, hd, causal), configs in sorted(groups.items()):
-        ranked = sorted(((math.exp(sum(map(math.log, t)) / len(t)), c) for c, t in configs.items()),
-                        reverse=True)
+        ranked = sorted(((geomean(t), c) for c, t in configs.items()), reverse=True)
         print(f"  {op} d{hd} {'causal' if causal else 'full'}: " +
               ", ".join(f"{c} {g:.0f}" for g, c in ranked))
     return results
@@ -255,13 +211,13 @@ def main(argv=None):
     ap.add_argument("--sweep", action="store_true", help="time every declared sm_90 config")
     ap.add_argument("--warm", action="store_true", help="only compile (parallel), then exit")
     ap.add_argument("-j", "--jobs", type=int, default=8)
-    ap.add_argument("--warmup", type=int, default=25, help="do_bench warm-up, ms")
-    ap.add_argument("--rep", type=int, default=100, help="do_bench repetition time, ms")
+    ap.add_argument("--warmup", type=int, default=5, help="untimed calls before timing")
+    ap.add_argument("--reps", type=int, default=30, help="timed calls; the median counts")
     ap.add_argument("--json", type=Path, help="write the results here")
     ap.add_argument("--select", help="comma-separated indices into the shape list")
     args = ap.parse_args(argv)
     spec = family()
-    shapes = json.loads(args.shapes.read_text())["shapes"]
+    shapes = load_shape_file(args.shapes)
     if args.select:
         shapes = [shapes[int(i)] for i in args.select.split(",")]
     if args.warm:
@@ -270,13 +226,14 @@ def main(argv=None):
     props = torch.cuda.get_device_properties(0)
     print(f"# {props.name}, torch {torch.__version__}, triton {triton.__version__}, "
           f"cuDNN {torch.backends.cudnn.version()}, {time.strftime('%Y-%m-%d')}")
-    rate = matmul_rate()
+    timer = Timer(reps=args.reps, warmup=args.warmup)
+    rate = matmul_tflops(timer)
     print(f"# dense bf16 matmul 8192^3: {rate:.0f} TFLOP/s")
     if args.sweep:
-        results = bench_sweep(spec, shapes, args.warmup, args.rep)
+        results = bench_sweep(spec, shapes, timer)
     else:
         print_header()
-        results = bench_defaults(spec, shapes, args.warmup, args.rep)
+        results = bench_defaults(spec, shapes, timer)
         ratios = {op: [r["attnpack"][op] / r["cudnn"][op] for r in results if r["cudnn"].get(op)]
                   for op in ("fwd", "bwd")}
         for op, rs in ratios.items():

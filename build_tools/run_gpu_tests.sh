@@ -4,7 +4,7 @@
 # (ROCm torch). Needs python3 with torch and triton, cmake, a C++17 compiler and libzstd.
 # Offline machines: put the wheels of zstandard and msgpack-cxx in .whl/ (README, "GPU runs").
 #   usage: build_tools/run_gpu_tests.sh [pytest args...]     logs go to $OUT (default ./gpu-logs)
-#   BENCH=1 also runs the runtime and torch overhead benchmarks after the tests.
+#   BENCH=1 also runs the runtime and torch overhead benchmarks and `attnpack bench` after the tests.
 #   FILES="tests/gpu/test_torch_sdpa.py ..." runs only those test files.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -68,5 +68,10 @@ if [ "${BENCH:-0}" = 1 ]; then
     build-gpu/runtime/runtime_overhead --json --kernel triton/fwd/bf16-d128-causal/M64_N64_warps4_stages3
   done 2>&1 | tee "$LOGS/runtime_overhead.json"
   $PY bench/torch_overhead.py 2>&1 | tee "$LOGS/torch_overhead.txt"
+  # attnpack against PyTorch's backends over both shape sets, plus the dynamic-lengths report:
+  # results.json/.csv, report.md (docs/performance.md) and the plots (with matplotlib) in $LOGS/bench.
+  $PY -m attnpack.cli bench --ops fwd,fwdbwd --dtype bf16 --out "$LOGS/bench" \
+    > "$LOGS/bench.txt" 2> "$LOGS/bench.err" || status=1
+  tail -n 12 "$LOGS/bench.err"
 fi
 exit $status

@@ -2,11 +2,12 @@
 # From a fresh machine to libattnpack plus the default bundle, verified:
 #   system packages -> .venv (torch, triton, build/test deps) -> cmake build -> inspect.
 # No GPU needed. Re-running it is cheap: the compile cache keeps finished kernels.
-# Environment: ATTNPACK_TARGET_ARCHS (default "sm_90;gfx942;gfx950"), BUILD_DIR (default build).
+# Environment: ATTNPACK_TARGET_ARCHS (default: python/attnpack/targets.py's default set,
+# sm_90;gfx942;gfx950), BUILD_DIR (default build).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
-ARCHS=${ATTNPACK_TARGET_ARCHS:-sm_90;gfx942;gfx950}
+ARCHS=${ATTNPACK_TARGET_ARCHS:-}
 
 if command -v apt-get >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
   apt-get update -q

@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from attnpack import __version__
-from attnpack.family import KNOWN_ARCHS
+from attnpack.targets import TARGETS
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -43,7 +43,7 @@ def _progress(total: int, label: str):
 
 @main.command()
 @click.option("--arch", "archs", multiple=True, required=True,
-              type=click.Choice(KNOWN_ARCHS), help="Target GPU arch; repeat for several.")
+              type=click.Choice(list(TARGETS)), help="Target GPU arch; repeat for several.")
 @click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
               default=Path("out"), show_default=True, help="Folder for the archives.")
 @click.option("--all", "all_variants", is_flag=True,
@@ -69,9 +69,9 @@ def build(archs, out_dir, all_variants, jobs, timeout, cache_dir, no_cache, fami
       attnpack build --arch sm_90 --arch gfx942 --arch gfx950 -o out/
       attnpack build --arch sm_90 --all -o tuning/        # every declared variant
     """
-    from attnpack.build import BuildError, BuildRequest, build_archives
-    from attnpack.build.builder import default_cache_dir
-    from attnpack.build.compile import CompileFailure
+    from attnpack.builder import BuildError, BuildRequest, build_archives
+    from attnpack.builder.build import default_cache_dir
+    from attnpack.builder.compile import CompileFailure
     req = BuildRequest(archs=tuple(dict.fromkeys(archs)), out_dir=out_dir,
                        all_variants=all_variants, jobs=jobs, timeout=timeout,
                        cache_dir=None if no_cache else (cache_dir or default_cache_dir()),
@@ -160,7 +160,7 @@ def _parse_shape(text: str) -> tuple[int, ...]:
 
 
 @main.command()
-@click.option("--arch", required=True, type=click.Choice(KNOWN_ARCHS),
+@click.option("--arch", required=True, type=click.Choice(list(TARGETS)),
               help="The local GPU's arch; the archive must target it.")
 @click.option("--archive", "archive_path", required=True,
               type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -188,7 +188,8 @@ def tune(arch, archive_path, out_path, ops, dtypes, head_dims, gqas, shapes, key
       attnpack tune --arch sm_90 --archive tuning/attnpack-0.1.0-sm_90.apk \\
                     -o aot/tuning_db/sm_90.jsonl --op fwd --dtype bf16 --head-dim 128
     """
-    from attnpack.tune.runner import TuneKey, standard_keys, tune as run_tune
+    from attnpack.keys import TuneKey
+    from attnpack.tune.runner import standard_keys, tune as run_tune
     if keys_file:
         keys = [TuneKey(**k) for k in json.loads(keys_file.read_text())]
     else:
@@ -288,7 +289,7 @@ def db_explain(file, shape, dtype, causal, op, as_json):
     Example:
       attnpack db explain aot/tuning_db/sm_90.jsonl --shape 4,32,8,4000,4000,128 --causal
     """
-    from attnpack.tune.db import key_text, problem_key
+    from attnpack.tune.db import problem_key
     b, hq, hkv, sq, sk, d = _parse_shape(shape)
     tdb = _load_db(file)
     try:
@@ -297,12 +298,11 @@ def db_explain(file, shape, dtype, causal, op, as_json):
         raise click.ClickException(str(e))
     entry = tdb.entries.get(key)
     if as_json:
-        click.echo(json.dumps({"bucket": dict(zip(("op", "dtype", "head_dim", "causal", "gqa",
-                                                   "sq", "sk"), key)), "entry": entry}, indent=1))
+        click.echo(json.dumps({"bucket": key.as_dict(), "entry": entry}, indent=1))
         return
     click.echo(f"shape B={b} Hq={hq} Hkv={hkv} Sq={sq} Sk={sk} D={d} {dtype} "
                f"{'causal' if causal else 'full'} {op}")
-    click.echo(f"bucket: {key_text(key)}")
+    click.echo(f"bucket: {key.text}")
     if entry is None:
         click.echo("no entry: the archive's per-functional default serves it")
     else:
@@ -353,8 +353,78 @@ def explain_sdpa(shape, dtype, causal, op, dropout_p, deterministic, device, arc
         click.echo("\n" + result["runtime"].rstrip())
 
 
+@main.command("bench")
+@click.option("--shapes", "shape_files", multiple=True,
+              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Shape file (repeat); default bench/shapes.json and bench/model_shapes.json.")
+@click.option("--ops", default="fwd,fwdbwd", show_default=True, help="Any of fwd,bwd,fwdbwd.")
+@click.option("--dtype", "dtypes", default=None, help="bf16,fp16 (default: each shape's own).")
+@click.option("--backends", default="attnpack,default,flash,efficient", show_default=True)
+@click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+              default=None, help="Folder for results.json/.csv, report.md and plots "
+                                 "[default: bench-out, or beside --report-only's file].")
+@click.option("--max-rows", type=int, default=None, help="Only the first N shapes of each file.")
+@click.option("--only", default=None, help="Only rows whose name contains this text.")
+@click.option("--reps", type=int, default=30, show_default=True, help="Timed calls per backend (median).")
+@click.option("--warmup", type=int, default=5, show_default=True, help="Untimed calls first.")
+@click.option("--dynamic/--no-dynamic", default=True, show_default=True,
+              help="The dynamic-lengths report (request stream, new lengths, cold start).")
+@click.option("--requests", type=int, default=200, show_default=True, help="Requests in the stream.")
+@click.option("--new-lengths", type=int, default=10, show_default=True,
+              help="Never-seen lengths timed per backend.")
+@click.option("--cold/--no-cold", default=True, show_default=True,
+              help="Cold starts in fresh processes (and the Triton compile of the kernel).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the stream's lengths.")
+@click.option("--no-plots", is_flag=True, help="Skip the PNG plots.")
+@click.option("--markdown", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="Where the markdown report goes [default: OUT/report.md].")
+@click.option("--report-only", "results_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Regenerate tables, CSV, plots and markdown from a recorded results.json (no GPU).")
+@click.option("--compare", nargs=2, type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              default=None, help="OLD.json NEW.json: rows whose serving kernel changed, old and new speed.")
+@click.option("--json", "as_json", is_flag=True, help="Print results (or the comparison) as JSON.")
+def bench(shape_files, ops, dtypes, backends, out_dir, max_rows, only, reps, warmup, dynamic,
+          requests, new_lengths, cold, seed, no_plots, markdown, results_file, compare, as_json):
+    """Is the bundle faster on this GPU, by how much, and which kernel served each shape.
+
+    Times plain F.sdpa with attnpack enabled against PyTorch's default, flash and efficient,
+    in one process (needs a GPU, the built extension and a bundle: ATTNPACK_TORCH_LIB,
+    ATTNPACK_BUNDLE_DIR). Writes results.json, results.csv, report.md and PNG plots.
+
+    \b
+    Example:
+      attnpack bench --ops fwd,fwdbwd --dtype bf16 --out bench-out/
+      attnpack bench --report-only bench-out/results.json --out docs/performance \\
+                     --markdown docs/performance.md
+      attnpack bench --compare old/results.json bench-out/results.json
+    """
+    from attnpack.bench import command, report
+    from attnpack.bench.shapes import ShapeFileError
+    try:
+        if compare:
+            click.echo(command.compare_files(*compare, as_json), nl=as_json)
+            return
+        if results_file:
+            results, written = command.report_only(results_file, out_dir, not no_plots, markdown)
+        else:
+            from attnpack.bench.run import BenchError
+            try:
+                results = command.measure(shape_files, ops, dtypes, backends, max_rows, only, reps,
+                                          warmup, dynamic, requests, new_lengths, cold, seed,
+                                          progress=_progress)
+            except BenchError as e:
+                raise click.ClickException(str(e))
+            written = report.write_outputs(results, out_dir or Path("bench-out"),
+                                           plots=not no_plots, markdown=markdown)
+    except (ShapeFileError, report.ResultsError, command.UsageError) as e:
+        raise click.ClickException(str(e))
+    click.echo(json.dumps(results, indent=1) if as_json else report.render_text(results))
+    for kind, path in written.items():
+        click.echo(f"{kind}: {path}", err=True)
+
+
 @db.command("seed")
-@click.option("--arch", required=True, type=click.Choice(KNOWN_ARCHS))
+@click.option("--arch", required=True, type=click.Choice(list(TARGETS)))
 @click.option("-o", "--out", "out_path", required=True, type=click.Path(dir_okay=False, path_type=Path))
 def db_seed(arch, out_path):
     """Write an `untuned` database for a GPU that cannot be measured here: every key of the

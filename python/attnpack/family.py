@@ -4,7 +4,13 @@ A family is one folder `aot/kernels/<name>/` holding its kernel sources and a `f
 defines `SPEC = FamilySpec(...)`. The space is functional keys (what a caller's problem must
 match: dtype, head dim, causal) times configs (tile sizes, warps, stages, arch knobs), minus the
 per-arch exclusions. Each (op, key, config) becomes one `Variant`: a short list of launch steps
-(one Triton kernel each) plus the float32 workspace buffers the steps share.
+plus the float32 workspace buffers the steps share.
+
+A step's launch side (parameter words, grid, tensor maps) is generic; what to compile is the
+step's `kernel`, an object of the family's compile backend (`FamilySpec.backend`, one of
+`attnpack.builder.backends`): a Triton/Gluon function with its constexprs, or a prebuilt code
+object. The family also declares its policy: which family serves a key before tuning
+(`priority`), whether its backward is deterministic, and its provenance and license.
 """
 from __future__ import annotations
 
@@ -19,26 +25,14 @@ from pathlib import Path
 from typing import Any, Callable, Mapping
 
 from attnpack import abi
-
-KNOWN_ARCHS = ("sm_90", "gfx942", "gfx950")
-OPS = ("fwd", "bwd")
+from attnpack.keys import OPS, FunctionalKey, KernelName, TuneKey, config_tag
+from attnpack.targets import target
 
 # One grid dimension is a product of factors; a factor (var, d) means ceil(var / d).
 GridDim = tuple[tuple[str, int], ...]
 
-
-@dataclass(frozen=True)
-class FunctionalKey:
-    dtype: str
-    head_dim: int
-    causal: bool
-
-    @property
-    def tag(self) -> str:
-        return f"{self.dtype}-d{self.head_dim}-{'causal' if self.causal else 'full'}"
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"causal": self.causal, "dtype": self.dtype, "head_dim": self.head_dim}
+__all__ = ["OPS", "FunctionalKey", "TensorMap", "Step", "Workspace", "Variant", "FamilySpec",
+           "default_variant", "kernels_root", "load_family", "load_families"]
 
 
 @dataclass(frozen=True)
@@ -67,14 +61,9 @@ class TensorMap:
 class Step:
     """One kernel launch of a variant."""
     name: str                        # what the step does: "fwd", "bwd_preprocess", "bwd_dkdv", ...
-    fn: Any                          # the @triton.jit (or @gluon.jit) function
     args: tuple[str, ...]            # runtime parameters in order, words from attnpack.abi
     grid: tuple[GridDim, GridDim, GridDim]
-    constexprs: Mapping[str, Any]
-    num_warps: int
-    num_stages: int
-    divisible_by_16: tuple[str, ...] = ()    # integer args promised to be multiples of 16
-    options: Mapping[str, Any] = field(default_factory=dict)  # extra compiler options (AMD knobs)
+    kernel: Any                      # what the family's backend compiles (or takes prebuilt)
     tensormaps: tuple[TensorMap, ...] = ()   # descriptors named in `args` (CUDA only)
 
     def tensormap(self, word: str) -> TensorMap | None:
@@ -91,48 +80,79 @@ class Workspace:
 @dataclass(frozen=True)
 class Variant:
     family: str
+    backend: str
     op: str
     arch: str
     key: FunctionalKey
     config: Mapping[str, Any]
     steps: tuple[Step, ...]
     workspace: tuple[Workspace, ...]
+    deterministic: bool              # same inputs give bitwise-equal outputs (no atomics races)
 
     @property
     def config_tag(self) -> str:
-        return "_".join(f"{k}{v}" for k, v in self.config.items())
+        return config_tag(self.config)
 
     @property
     def name(self) -> str:
-        return f"{self.family}/{self.op}/{self.key.tag}/{self.config_tag}"
+        return str(KernelName(self.family, self.op, self.key, self.config_tag))
 
 
 @dataclass(frozen=True)
 class FamilySpec:
     name: str
+    backend: str                                          # attnpack.builder.backends name
     archs: tuple[str, ...]
     ops: tuple[str, ...]
     functional: Mapping[str, tuple]                       # dtype / head_dim / causal -> values
     configs: Mapping[str, tuple[Mapping[str, Any], ...]]  # op -> configs, in declared order
     steps: Callable[[str, str, FunctionalKey, Mapping[str, Any]], tuple[Step, ...]]
     default_config: Callable[[str, str, FunctionalKey], Mapping[str, Any]]
+    # provenance: "license" and "origin" at least (the index and NOTICE carry them)
+    provenance: Mapping[str, str]
     excluded: Callable[[str, str, FunctionalKey, Mapping[str, Any]], str | None] = lambda *a: None
     workspace: Mapping[str, tuple[Workspace, ...]] = field(default_factory=dict)
-    provenance: Mapping[str, str] = field(default_factory=dict)  # license, origin
-    # When several families declare a default for one functional key, the lowest priority
-    # serves it (until a tuning database decides); equal priorities are a build error.
+    # Before a tuning database decides, the family with the lowest priority that declares a
+    # functional key serves it (`default_variant`: the builder and `db seed` share the rule);
+    # equal priorities are a build error. A family meant to serve only where tuning picks it
+    # takes a priority above every portable family's.
     priority: int = 100
+    # Where the family serves within its functional keys, for a family that is fast or valid
+    # only for some shapes (a minimum sequence length, say): (arch, tuning key) -> the reason it
+    # does not serve that bucketed key, or None. Such a family is never the per-functional
+    # catch-all default; `db seed` gives it the buckets it serves (by priority, as ever).
+    serves: Callable[[str, TuneKey], str | None] | None = None
+    # Whether a backward variant is deterministic: a bool for the whole family, or a function of
+    # the config for families with both kinds. Forwards are always deterministic.
+    deterministic_backward: bool | Callable[[Mapping[str, Any]], bool] = False
     source_dir: Path | None = None
+
+    def __post_init__(self):
+        missing = [k for k in ("license", "origin") if not self.provenance.get(k)]
+        if missing:
+            raise ValueError(f"family {self.name}: provenance lacks {missing}")
+        for op in self.ops:
+            if op not in OPS:
+                raise ValueError(f"family {self.name}: op {op!r} is not one of {OPS}")
+        for arch in self.archs:
+            target(arch)  # raises, naming the targets table
 
     def keys(self) -> list[FunctionalKey]:
         f = self.functional
         return [FunctionalKey(d, h, c) for d, h, c in
                 itertools.product(f["dtype"], f["head_dim"], f["causal"])]
 
+    def is_deterministic(self, op: str, config: Mapping[str, Any]) -> bool:
+        if op != "bwd":
+            return True
+        rule = self.deterministic_backward
+        return bool(rule(config) if callable(rule) else rule)
+
     def variant(self, arch: str, op: str, key: FunctionalKey, config: Mapping[str, Any]) -> Variant:
         steps = self.steps(arch, op, key, config)
         workspace = self.workspace.get(op, ())
         ws_names = tuple(w.name for w in workspace)
+        vendor = target(arch).vendor
         for step in steps:
             for m in step.tensormaps:
                 if m.tensor not in abi.TENSORS:
@@ -146,16 +166,17 @@ class FamilySpec:
                         m.oob_fill not in abi.TENSORMAP_OOB_FILLS:
                     raise ValueError(f"{self.name}: tensor map {m.name} has swizzle {m.swizzle}, "
                                      f"l2_promotion {m.l2_promotion}, oob_fill {m.oob_fill!r}")
-                if arch.startswith("gfx"):
+                if vendor != "nvidia":
                     raise ValueError(f"{self.name}: tensor maps are CUDA-only ({arch})")
             for word in step.args:
                 if step.tensormap(word) is None:
-                    abi.param_type(word, ws_names)  # raises on a word outside the vocabulary
+                    abi.param_types(word, ws_names)  # raises on a word outside the vocabulary
             for dim in step.grid:
                 for var, _ in dim:
                     if var not in abi.GRID_VARS:
                         raise KeyError(f"{self.name}: grid factor '{var}' is not in abi.GRID_VARS")
-        return Variant(self.name, op, arch, key, dict(config), steps, workspace)
+        return Variant(self.name, self.backend, op, arch, key, dict(config), steps, workspace,
+                       self.is_deterministic(op, config))
 
     def all_variants(self, arch: str) -> list[Variant]:
         """The whole declared space for one arch (for tuning), exclusions removed."""
@@ -179,6 +200,47 @@ class FamilySpec:
                                      f"is excluded ({reason})")
                 out.append(self.variant(arch, op, key, config))
         return out
+
+    def policy(self) -> dict:
+        """What the archive index carries for the family (docs/ARCHIVE.md, `families`); each
+        kernel record carries its own `deterministic`."""
+        from attnpack.builder.backends import backend
+        return {"backend": self.backend, "compilers": list(backend(self.backend).compilers),
+                "priority": self.priority, "provenance": dict(self.provenance)}
+
+
+class DefaultConflict(ValueError):
+    pass
+
+
+def default_variants(arch: str, families: Mapping[str, FamilySpec],
+                     wanted: Callable[[Variant], bool] = lambda v: True,
+                     tune_key: TuneKey | None = None) -> dict[tuple, Variant]:
+    """(op, functional key) -> the variant that serves it before tuning: the default config of
+    the family with the lowest priority that declares the key for `arch`. The builder's
+    per-functional selection and `attnpack db seed` both use this one rule.
+
+    Without `tune_key` (the catch-all for every shape), only families that serve all of their
+    keys' buckets count; with one (a seeded database entry), a family counts where its
+    `serves` accepts that bucketed key."""
+    best: dict[tuple, tuple[int, Variant]] = {}
+    for fam in families.values():
+        if arch not in fam.archs:
+            continue
+        if fam.serves is not None and (tune_key is None or fam.serves(arch, tune_key) is not None):
+            continue
+        for v in fam.default_variants(arch):
+            if not wanted(v) or (tune_key is not None and (v.op, v.key) != (tune_key.op,
+                                                                          tune_key.functional)):
+                continue
+            held = best.get((v.op, v.key))
+            if held is not None and held[0] == fam.priority:
+                raise DefaultConflict(
+                    f"{arch}: {held[1].name} and {v.name} are both the default for {v.op} "
+                    f"{v.key.tag} at priority {fam.priority}; give one family a lower priority")
+            if held is None or fam.priority < held[0]:
+                best[(v.op, v.key)] = (fam.priority, v)
+    return {k: v for k, (_, v) in sorted(best.items(), key=lambda kv: (kv[0][0], kv[0][1].tag))}
 
 
 def kernels_root() -> Path:

@@ -38,16 +38,25 @@ def workspace_tensors(variant: Variant, sizes: Mapping[str, int], device) -> dic
 
 def resolve(word: str, tensors: Mapping[str, torch.Tensor], sizes: Mapping[str, int],
             sm_scale: float):
-    if word in sizes:
+    """A word's value for Triton's launcher, by the vocabulary's source (attnpack.abi); a
+    workspace buffer is a tensor of its own name."""
+    if word not in abi.VOCABULARY:
+        return tensors[word]
+    w = abi.VOCABULARY[word]
+    if w.source == "size":
         return sizes[word]
-    if word == "sm_scale":
+    if w.source == "sm_scale":
         return sm_scale
-    if word == "sm_scale_log2":
+    if w.source == "sm_scale_log2":
         return sm_scale * LOG2E
-    if word in abi.STRIDES:
-        tensor, _, axis = word.split("_")
-        return tensors[tensor].stride(abi.STRIDE_AXES.index(axis))
-    return tensors[word]
+    if w.source == "stride":
+        t = tensors[abi.TENSORS[w.index]]
+        return t.stride(w.axis) * (t.element_size() if w.transform == "bytes" else 1)
+    if w.source == "head_dim":
+        return tensors["q"].shape[-1]
+    if w.source in ("tensor", "lse"):
+        return tensors[word]
+    raise ValueError(f"word {word} ({w.source}) has no value in a Triton JIT launch")
 
 
 def launch(variant: Variant, tensors: Mapping[str, torch.Tensor], sm_scale: float | None = None,
@@ -62,7 +71,11 @@ def launch(variant: Variant, tensors: Mapping[str, torch.Tensor], sm_scale: floa
     sm_scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else sm_scale
     all_tensors = {**tensors, **workspace_tensors(variant, sizes, q.device)}
     for step in variant.steps:
+        if step.tensormaps:
+            raise ValueError(f"{variant.name}: step {step.name} takes tensor maps, which this "
+                             "JIT launcher does not build; launch it from an archive")
+        kernel = step.kernel  # a TritonKernel: this launcher is for the triton backend
         args = [resolve(w, all_tensors, sizes, sm_scale) for w in step.args]
         grid = grid_extent(step.grid, sizes)
-        step.fn[grid](*args, **step.constexprs, num_warps=step.num_warps,
-                      num_stages=step.num_stages, **step.options)
+        kernel.fn[grid](*args, **kernel.constexprs, num_warps=kernel.num_warps,
+                        num_stages=kernel.num_stages, **kernel.options)

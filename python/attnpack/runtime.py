@@ -97,7 +97,11 @@ class Problem(ctypes.Structure):
 
 class KernelInfo(ctypes.Structure):
     _fields_ = [("struct_size", ctypes.c_uint32), ("num_steps", ctypes.c_uint32),
-                ("name", ctypes.c_char_p), ("family", ctypes.c_char_p)]
+                ("name", ctypes.c_char_p), ("family", ctypes.c_char_p),
+                # version 2: the family's policy
+                ("deterministic", ctypes.c_int32), ("priority", ctypes.c_uint32),
+                ("backend", ctypes.c_char_p), ("license", ctypes.c_char_p),
+                ("origin", ctypes.c_char_p)]
 
 
 class LaunchParams(ctypes.Structure):
@@ -143,6 +147,7 @@ def library() -> ctypes.CDLL:
         "attnpack_close": (None, [handle]),
         "attnpack_bundle_info_get": (status, [handle, p(BundleInfo)]),
         "attnpack_verify_images": (status, [handle]),
+        "attnpack_verify": (status, [handle]),
         "attnpack_kernel_image": (status, [handle, char_p, ctypes.c_uint32, ctypes.c_void_p, size,
                                            p(size)]),
         "attnpack_select": (status, [handle, p(Problem), p(KernelInfo)]),
@@ -224,6 +229,11 @@ class Kernel:
     name: str
     family: str
     num_steps: int
+    deterministic: bool      # the family's declaration, carried by the archive
+    priority: int
+    backend: str
+    license: str
+    origin: str
 
 
 class Bundle:
@@ -274,7 +284,9 @@ class Bundle:
         """The kernel that serves `problem`; raises Unsupported with the reason otherwise."""
         kernel = KernelInfo(struct_size=ctypes.sizeof(KernelInfo))
         check(self._lib.attnpack_select(self.handle, ctypes.byref(problem), ctypes.byref(kernel)))
-        return Kernel(kernel.name.decode(), kernel.family.decode(), kernel.num_steps)
+        return Kernel(kernel.name.decode(), kernel.family.decode(), kernel.num_steps,
+                      bool(kernel.deterministic), kernel.priority, kernel.backend.decode(),
+                      kernel.license.decode(), kernel.origin.decode())
 
     def explain(self, problem: Problem) -> str:
         return _text(lambda buf, cap, n: self._lib.attnpack_explain(
@@ -335,6 +347,10 @@ class Bundle:
 
     def verify_images(self) -> None:
         check(self._lib.attnpack_verify_images(self.handle))
+
+    def verify(self) -> None:
+        """Every kernel's launch spec is launchable here, and every image checks out."""
+        check(self._lib.attnpack_verify(self.handle))
 
 
 # ---- torch helpers (tests, benchmarks, the tuning CLI) ------------------------------------

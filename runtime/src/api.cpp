@@ -1,5 +1,6 @@
 // The C API: argument checks, struct versions, and the one place where the library's
 // exceptions become a status plus attnpack_last_error().
+#include <cstddef>
 #include <cstring>
 #include <new>
 
@@ -161,6 +162,14 @@ attnpack_status attnpack_verify_images(attnpack_bundle* bundle) {
   return guarded([&] { bundle_of(bundle).verify_images(); });
 }
 
+attnpack_status attnpack_verify(attnpack_bundle* bundle) {
+  return guarded([&] {
+    Bundle& b = bundle_of(bundle);
+    b.verify_launch_specs();
+    b.verify_images();
+  });
+}
+
 attnpack_status attnpack_kernel_image(attnpack_bundle* bundle, const char* kernel, uint32_t step,
                                       void* buffer, size_t capacity, size_t* size) {
   return guarded([&] {
@@ -175,13 +184,22 @@ attnpack_status attnpack_select(attnpack_bundle* bundle, const attnpack_problem*
                                 attnpack_kernel_info* kernel) {
   return guarded([&] {
     Bundle& b = bundle_of(bundle);
-    if (kernel) require_struct(kernel, "attnpack_kernel_info");
+    if (kernel) require_struct(kernel, "attnpack_kernel_info", offsetof(attnpack_kernel_info, deterministic));
     Selection selection = b.select(problem_from_c(problem));
     if (!selection.plan) fail(ATTNPACK_STATUS_UNSUPPORTED, selection.unsupported_reason);
     if (kernel) {
+      const KernelRecord& record = *selection.plan->record;
       kernel->num_steps = uint32_t(selection.plan->steps.size());
-      kernel->name = selection.plan->record->name.c_str();
-      kernel->family = selection.plan->record->family.c_str();
+      kernel->name = record.name.c_str();
+      kernel->family = record.family.c_str();
+      if (kernel->struct_size >= sizeof(attnpack_kernel_info)) {  // version 2
+        const FamilyRecord& family = b.archive().families()[record.family_index];
+        kernel->deterministic = record.deterministic ? 1 : 0;
+        kernel->priority = family.priority;
+        kernel->backend = family.backend.c_str();
+        kernel->license = family.license.c_str();
+        kernel->origin = family.origin.c_str();
+      }
     }
   });
 }

@@ -26,7 +26,6 @@ namespace {
 constexpr char kMagic[8] = {'A', 'T', 'T', 'N', 'P', 'A', 'C', 'K'};
 constexpr uint64_t kVersionEnd = 12;    // the magic and version are readable from here on
 constexpr uint64_t kPreambleSize = 48;
-const char* const kKnownArchs[] = {"sm_90", "gfx942", "gfx950"};
 constexpr uint64_t kMaxImageBytes = uint64_t(1) << 31;  // a GPU code object is never this big
 
 uint16_t load_le16(const uint8_t* p) { return uint16_t(p[0] | (p[1] << 8)); }
@@ -213,8 +212,8 @@ StepRecord read_step(const Node& node, size_t num_images) {
   step.params.reserve(params.length());
   for (uint32_t i = 0; i < params.length(); ++i) {
     Node param = params.item(i);
-    if (param.length() != 3) param.malformed("is not [word, type, divisibility]");
-    step.params.push_back({param.item(0).str(), param.item(1).str(), param.item(2).u32()});
+    if (param.length() != 4) param.malformed("is not [word, type, divisibility, offset]");
+    step.params.push_back({param.item(0).str(), param.item(1).str(), param.item(2).u32(), param.item(3).u32()});
   }
   Node grid = node.at("grid");
   if (grid.length() != 3) grid.malformed("does not have 3 dims");
@@ -243,10 +242,15 @@ StepRecord read_step(const Node& node, size_t num_images) {
   return step;
 }
 
-KernelRecord read_kernel(const Node& node, size_t num_images) {
+KernelRecord read_kernel(const Node& node, size_t num_images, const std::vector<FamilyRecord>& families) {
   KernelRecord kernel;
   kernel.name = node.at("name").str();
   kernel.family = node.at("family").str();
+  auto family = std::find_if(families.begin(), families.end(),
+                             [&](const FamilyRecord& f) { return f.name == kernel.family; });
+  if (family == families.end()) node.at("family").inconsistent("names a family with no entry in index.families");
+  kernel.family_index = uint32_t(family - families.begin());
+  kernel.deterministic = node.at("deterministic").boolean();
   kernel.op = node.at("op").str();
   kernel.key = read_key(node.at("key"));
   if (auto config = node.maybe("config")) {
@@ -460,13 +464,28 @@ void Archive::parse_meta(const uint8_t* bytes, uint64_t size) {
   msgpack::object_handle handle = unpack_document(bytes, size, *this, "meta");
   Node meta(handle.get(), "meta", *this);
   arch_ = meta.at("arch").str();
-  bool known = false;
-  for (const char* arch : kKnownArchs) known |= arch_ == arch;
-  if (!known) {
+  // Any arch is welcome; what the runtime needs of it is the vendor (which driver) and the
+  // facts the meta carries.
+  Node target = meta.at("target");
+  const std::string vendor = target.at("vendor").str();
+  if (vendor == "nvidia") {
+    target_.vendor = Vendor::Nvidia;
+  } else if (vendor == "amd") {
+    target_.vendor = Vendor::Amd;
+  } else {
     fail(ATTNPACK_STATUS_ARCHIVE_CORRUPT,
-         describe("targets unknown arch '" + arch_ + "' (this runtime knows sm_90, gfx942, "
-                  "gfx950) — update the runtime"));
+         describe("targets " + arch_ + " of vendor '" + vendor +
+                  "', for which this runtime has no driver (it knows nvidia and amd) — update the runtime"));
   }
+  target_.image_kind = target.at("image_kind").str();
+  if (target_.image_kind != (target_.vendor == Vendor::Nvidia ? "cubin" : "hsaco")) {
+    target.at("image_kind").inconsistent("is " + target_.image_kind + ", which the " + vendor + " driver does not load");
+  }
+  target_.wave_size = target.at("wave_size").u32();
+  if (target_.wave_size != (target_.vendor == Vendor::Nvidia ? 32u : 64u)) {
+    target.at("wave_size").inconsistent("is " + std::to_string(target_.wave_size) + ", which no " + vendor + " GPU has");
+  }
+  target_.shared_bytes = target.at("shared_bytes").u32();
   bundle_version_ = meta.at("bundle_version").str();
   meta.at("compilers").each_entry(
       [&](const std::string& name, const Node& version) { compilers_[name] = version.str(); });
@@ -491,9 +510,19 @@ void Archive::parse_index(const uint8_t* bytes, uint64_t size) {
     image.sha256 = node.at("sha256").digest();
     images_.push_back(std::move(image));
   }
+  index.at("families").each_entry([&](const std::string& name, const Node& node) {
+    FamilyRecord family;
+    family.name = name;
+    family.backend = node.at("backend").str();
+    family.priority = node.at("priority").u32();
+    Node provenance = node.at("provenance");
+    family.license = provenance.at("license").str();
+    family.origin = provenance.at("origin").str();
+    families_.push_back(std::move(family));
+  });
   Node kernels = index.at("kernels");
   for (uint32_t i = 0; i < kernels.length(); ++i) {
-    kernels_.push_back(read_kernel(kernels.item(i), images_.size()));
+    kernels_.push_back(read_kernel(kernels.item(i), images_.size(), families_));
     if (!kernel_index_.emplace(kernels_.back().name, i).second) {
       kernels.item(i).at("name").inconsistent("repeats kernel name " + kernels_.back().name);
     }

@@ -13,11 +13,20 @@
 #include <vector>
 
 #include "sha256.hpp"
+#include "target.hpp"
 
 namespace attnpack {
 
-constexpr uint16_t kFormatMajor = 1;
+constexpr uint16_t kFormatMajor = 2;
 constexpr uint16_t kFormatMinor = 0;
+
+// A family's declared policy (the index's `families`).
+struct FamilyRecord {
+  std::string name;
+  std::string backend;   // "triton", "prebuilt", ...
+  uint32_t priority = 0;  // default-serving rank before tuning (lowest serves)
+  std::string license, origin;
+};
 
 struct ImageRecord {
   std::string kind;    // "cubin" or "hsaco"
@@ -28,11 +37,12 @@ struct ImageRecord {
   Sha256Digest sha256{};
 };
 
-// A launch-spec parameter: [word, type, divisibility].
+// A launch-spec parameter: [word, type, divisibility, offset].
 struct ParamRecord {
   std::string word;
   std::string type;  // "ptr", "i32", "i64", "f32", "tensormap"
   uint32_t divisibility = 1;
+  uint32_t offset = 0;  // bytes into the argument segment, as the image declares it
 };
 
 // ceil(word / divisor)
@@ -87,6 +97,8 @@ struct KernelRecord {
   std::string op;  // "fwd", "bwd"
   FunctionalKey key;
   std::string config;  // "BLOCK_M=128 num_warps=8 ..." for explain
+  bool deterministic = false;  // same inputs give bitwise-equal outputs
+  uint32_t family_index = 0;   // into Archive::families()
   std::vector<WorkspaceRecord> workspace;
   std::vector<StepRecord> steps;
 };
@@ -138,6 +150,8 @@ class Archive {
   uint16_t format_major() const { return format_major_; }
   uint16_t format_minor() const { return format_minor_; }
   const std::string& arch() const { return arch_; }
+  const TargetRecord& target() const { return target_; }
+  const std::vector<FamilyRecord>& families() const { return families_; }
   const std::string& bundle_version() const { return bundle_version_; }
   const std::map<std::string, std::string>& compilers() const { return compilers_; }
   const std::vector<ImageRecord>& images() const { return images_; }
@@ -163,6 +177,8 @@ class Archive {
   MappedFile file_;
   uint16_t format_major_ = 0, format_minor_ = 0;
   std::string arch_, bundle_version_;
+  TargetRecord target_;
+  std::vector<FamilyRecord> families_;
   std::map<std::string, std::string> compilers_;
   uint64_t index_offset_ = 0, index_size_ = 0, images_offset_ = 0;
   Sha256Digest index_sha256_{};

@@ -54,7 +54,9 @@ Bundle::Bundle(const OpenOptions& options) {
              (device.empty() ? expected_arch + " was asked for" : "the device is " + device) +
              " — use an attnpack-*-" + expected_arch + ".apk archive");
   }
-  if (options.recording) recording_driver_ = std::make_unique<RecordingDriver>(archive_->arch());
+  if (options.recording) {
+    recording_driver_ = std::make_unique<RecordingDriver>(archive_->arch(), archive_->target().shared_bytes);
+  }
 
   const std::vector<KernelRecord>& kernels = archive_->kernels();
   plans_.reserve(kernels.size());
@@ -87,14 +89,14 @@ Bundle::~Bundle() {
 
 const char* Bundle::driver_name() const {
   if (recording_driver_) return "recording";
-  return archive_->arch().rfind("gfx", 0) == 0 ? "hip" : "cuda";
+  return archive_->target().vendor == Vendor::Amd ? "hip" : "cuda";
 }
 
 Driver& Bundle::driver() {
   if (recording_driver_) return *recording_driver_;
   Driver* driver = driver_.load(std::memory_order_acquire);
   if (!driver) {
-    driver = &driver_for_arch(archive_->arch());  // throws NO_DRIVER with the loader's words
+    driver = &driver_for(archive_->target().vendor);  // throws NO_DRIVER with the loader's words
     driver_.store(driver, std::memory_order_release);
   }
   return *driver;
@@ -292,6 +294,14 @@ std::vector<uint8_t> Bundle::kernel_image(const std::string& name, uint32_t step
 
 void Bundle::verify_images() const {
   for (uint32_t i = 0; i < archive_->images().size(); ++i) archive_->image_bytes(i);
+}
+
+void Bundle::verify_launch_specs() const {
+  for (const KernelPlan& plan : plans_) {
+    if (!plan.defect.empty()) {
+      fail(ATTNPACK_STATUS_BAD_LAUNCH_SPEC, archive_->describe("kernel " + plan.record->name + " " + plan.defect));
+    }
+  }
 }
 
 std::string Bundle::stats_json() const {

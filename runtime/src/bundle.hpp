@@ -55,6 +55,8 @@ class Bundle {
   // The raw image of a kernel's step (inflated, sha256-checked), as a first load sees it.
   std::vector<uint8_t> kernel_image(const std::string& kernel, uint32_t step) const;
   void verify_images() const;
+  // Throws BAD_LAUNCH_SPEC for the first kernel whose plan has a defect.
+  void verify_launch_specs() const;
 
   std::string stats_json() const;
   void reset_stats();

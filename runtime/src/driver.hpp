@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "target.hpp"
+
 namespace attnpack {
 
 // Identifies where modules live: a CUcontext for CUDA, a device ordinal for HIP.
@@ -41,11 +43,7 @@ struct TensorMapEncode {
 };
 
 constexpr size_t kTensorMapBytes = 128;  // sizeof(CUtensorMap), passed by value
-constexpr size_t kTensorMapAlign = 64;   // its parameter alignment in Triton's PTX (.align 64)
-// Where an sm_90 kernel's parameters start in constant bank 0 (the cubin's EIATTR_PARAM_CBANK).
-// ptxas honours `.align 64` against that absolute address, so a descriptor lands at an argument
-// offset of 48 modulo 64, not 0; the argument layout is computed from this base.
-constexpr size_t kCudaParamBase = 0x210;
+constexpr size_t kTensorMapAlign = 64;   // cuTensorMapEncodeTiled writes to 64-byte aligned memory
 
 struct KernelLaunch {
   void* function = nullptr;
@@ -86,8 +84,8 @@ class Driver {
 // Process-wide drivers, opened on first use; they throw NO_DRIVER when the library is missing.
 Driver& cuda_driver();
 Driver& hip_driver();
-// The driver that runs archives of `arch` ("sm_*": CUDA, "gfx*": HIP).
-Driver& driver_for_arch(const std::string& arch);
+// The driver that runs a vendor's archives: CUDA for nvidia, HIP for amd.
+Driver& driver_for(Vendor vendor);
 // The calling thread's current device: CUDA first, then HIP. Throws NO_DRIVER / NO_DEVICE
 // naming what each attempt found.
 DeviceInfo detect_current_device();

@@ -14,14 +14,16 @@ constexpr double kLog2E = 1.4426950408889634;
 struct TypeInfo {
   const char* name;
   ParamType type;
-  uint32_t size, align;
+  uint32_t size, align;  // align: what an offset in the packed buffer must be a multiple of
 };
+// A tensor map's offset is 16-aligned in the buffer: ptxas aligns it to 64 against the
+// parameters' address in the constant bank (0x210 on sm_90), which is 48 mod 64.
 constexpr TypeInfo kTypes[] = {
     {"ptr", ParamType::Ptr, 8, 8},
     {"i64", ParamType::I64, 8, 8},
     {"i32", ParamType::I32, 4, 4},
     {"f32", ParamType::F32, 4, 4},
-    {"tensormap", ParamType::TensorMap, kTensorMapBytes, kTensorMapAlign},
+    {"tensormap", ParamType::TensorMap, kTensorMapBytes, 16},
 };
 
 const TypeInfo* type_named(const std::string& name) {
@@ -29,12 +31,6 @@ const TypeInfo* type_named(const std::string& name) {
     if (name == info.name) return &info;
   }
   return nullptr;
-}
-const TypeInfo& type_info(ParamType type) {
-  for (const TypeInfo& info : kTypes) {
-    if (info.type == type) return info;
-  }
-  return kTypes[0];
 }
 
 uint64_t align_up(uint64_t value, uint64_t align) { return (value + align - 1) / align * align; }
@@ -53,52 +49,49 @@ int find_workspace(const KernelRecord& kernel, const std::string& word) {
   return -1;
 }
 
-// The fixed parameter vocabulary (the order of abi.param_type), one hash lookup per word.
-// Opening an archive resolves every parameter of every kernel; scanning the word lists with
-// string compares was a quarter of the open time. Workspace buffer and tensor map names are
-// the kernel's own and are looked up in the kernel.
-struct FixedWord {
+// The fixed parameter vocabulary, generated from python/attnpack/abi.py (a CPU test keeps the
+// two equal), looked up by hash: opening an archive resolves every parameter of every kernel.
+// Workspace buffer and tensor map names are the kernel's own and are looked up in the kernel.
+constexpr uint8_t kWirePtr = 1 << 0, kWireI64 = 1 << 1, kWireI32 = 1 << 2, kWireF32 = 1 << 3;
+
+struct VocabularyWord {
+  const char* word;
   ParamSource source;
-  ParamType type;
-  uint8_t index = 0;
-  uint8_t axis = 0;
+  uint8_t wires;  // kWire* bits: the wire types the word may be passed as
+  uint8_t index;  // TensorId or SizeId
+  uint8_t axis;
+  Transform transform;
 };
 
-const std::unordered_map<std::string, FixedWord>& fixed_words() {
-  static const std::unordered_map<std::string, FixedWord> words = [] {
-    std::unordered_map<std::string, FixedWord> out;
-    for (uint8_t t = 0; t < kNumTensors; ++t) {
-      out.emplace(kTensorWords[t], FixedWord{ParamSource::Tensor, ParamType::Ptr, t});
-      // <tensor>_stride_<b|h|s|d>; d (always 1) only appears beside a tensor descriptor,
-      // whose strides Triton passes in full
-      for (uint8_t axis = kAxisB; axis <= kAxisD; ++axis) {
-        out.emplace(std::string(kTensorWords[t]) + "_stride_" + kAxisLetters[axis],
-                    FixedWord{ParamSource::Stride, ParamType::I64, t, axis});
-      }
-    }
-    out.emplace("lse", FixedWord{ParamSource::Lse, ParamType::Ptr});
-    out.emplace("global_scratch", FixedWord{ParamSource::GlobalScratch, ParamType::Ptr});
-    out.emplace("profile_scratch", FixedWord{ParamSource::ProfileScratch, ParamType::Ptr});
-    for (uint8_t size = 0; size <= kSk; ++size) {  // num_sms is a grid word only
-      out.emplace(kSizeWords[size], FixedWord{ParamSource::Size, ParamType::I32, size});
-    }
-    out.emplace("D", FixedWord{ParamSource::HeadDim, ParamType::I32});
-    out.emplace("sm_scale", FixedWord{ParamSource::SmScale, ParamType::F32});
-    out.emplace("sm_scale_log2", FixedWord{ParamSource::SmScaleLog2, ParamType::F32});
-    return out;
-  }();
-  return words;
+constexpr VocabularyWord kVocabulary[] = {
+#include "vocabulary.inc"
+};
+
+uint8_t wire_bit(ParamType type) {
+  switch (type) {
+    case ParamType::Ptr: return kWirePtr;
+    case ParamType::I64: return kWireI64;
+    case ParamType::I32: return kWireI32;
+    case ParamType::F32: return kWireF32;
+    case ParamType::TensorMap: return 0;
+  }
+  return 0;
 }
 
-const FixedWord* find_fixed(const std::string& word) {
-  auto found = fixed_words().find(word);
-  return found == fixed_words().end() ? nullptr : &found->second;
+const VocabularyWord* find_fixed(const std::string& word) {
+  static const std::unordered_map<std::string, const VocabularyWord*> words = [] {
+    std::unordered_map<std::string, const VocabularyWord*> out;
+    for (const VocabularyWord& entry : kVocabulary) out.emplace(entry.word, &entry);
+    return out;
+  }();
+  auto found = words.find(word);
+  return found == words.end() ? nullptr : found->second;
 }
 
 // The buffer a word names (an element tensor, lse or a workspace buffer); false if none.
 // Element tensors and lse come first: a workspace buffer cannot shadow them.
 bool resolve_buffer(const std::string& word, const KernelRecord& kernel, BufferRef& ref) {
-  const FixedWord* fixed = find_fixed(word);
+  const VocabularyWord* fixed = find_fixed(word);
   int index;
   if (fixed && fixed->source == ParamSource::Tensor) {
     ref = {BufferRef::Tensor, fixed->index};
@@ -112,32 +105,31 @@ bool resolve_buffer(const std::string& word, const KernelRecord& kernel, BufferR
   return true;
 }
 
-// Resolves one parameter word to its source and the wire type the vocabulary gives it.
-// Returns false for a word this runtime does not know. Precedence: element tensors and lse,
-// then the kernel's workspace buffers, then the rest of the vocabulary, then its tensor maps.
+// Resolves one parameter word to its source; `wires` gets the wire types it may take.
+// Returns false for a word this runtime does not know. Precedence: the vocabulary (element
+// tensors and lse cannot be shadowed), then the kernel's workspace buffers, then its tensor maps.
 bool resolve_word(const std::string& word, const KernelRecord& kernel, const StepRecord& step,
-                  ParamSlot& slot) {
-  BufferRef buffer;
-  if (resolve_buffer(word, kernel, buffer)) {
-    static const ParamSource kBufferSources[] = {ParamSource::Tensor, ParamSource::Lse,
-                                                 ParamSource::Workspace};
-    slot.source = kBufferSources[buffer.kind];
-    slot.type = ParamType::Ptr;
-    slot.index = buffer.index;
-    return true;
-  }
-  if (const FixedWord* fixed = find_fixed(word)) {
+                  ParamSlot& slot, uint8_t& wires) {
+  if (const VocabularyWord* fixed = find_fixed(word)) {
     slot.source = fixed->source;
-    slot.type = fixed->type;
     slot.index = fixed->index;
     slot.axis = fixed->axis;
+    slot.transform = fixed->transform;
+    wires = fixed->wires;
+    return true;
+  }
+  const int workspace = find_workspace(kernel, word);
+  if (workspace >= 0) {
+    slot.source = ParamSource::Workspace;
+    slot.index = uint8_t(workspace);
+    wires = kWirePtr;
     return true;
   }
   for (size_t m = 0; m < step.tensormaps.size(); ++m) {
     if (step.tensormaps[m].param == word) {
       slot.source = ParamSource::TensorMap;
-      slot.type = ParamType::TensorMap;
       slot.index = uint8_t(m);
+      wires = 0;  // only the tensormap type
       return true;
     }
   }
@@ -153,15 +145,15 @@ uint32_t buffer_rank(const BufferRef& ref, const KernelRecord& kernel) {
   return 0;
 }
 
-// Fills one step's plan; returns the defect, or "" when the step can be launched.
-std::string plan_step(const Archive& archive, const KernelRecord& kernel, const StepRecord& step,
-                      KernelPlan& kernel_plan, StepPlan& plan) {
-  plan.record = &step;
-  const bool hip = archive.arch().rfind("gfx", 0) == 0;
+// Each plan_* fills one concern of a step's plan and returns the defect, or "" when it is fine.
+
+// The image and launch shape this runtime can load and launch for the archive's target.
+std::string check_image(const Archive& archive, const StepRecord& step) {
+  const bool hip = archive.target().vendor == Vendor::Amd;
   const ImageRecord& image = archive.images()[step.image];
-  if (image.kind != (hip ? "hsaco" : "cubin")) {
+  if (image.kind != archive.target().image_kind) {
     return "its image is a " + image.kind + ", an " + archive.arch() + " archive needs " +
-           (hip ? "hsaco" : "cubin");
+           archive.target().image_kind;
   }
   if (image.symbol != step.symbol) {
     return "symbol " + step.symbol + " differs from its image's " + image.symbol;
@@ -175,7 +167,11 @@ std::string plan_step(const Archive& archive, const KernelRecord& kernel, const 
   if (cluster_blocks > 16) return "has clusters of more than 16 blocks";
   if (hip && cluster_blocks != 1) return "declares clusters, which HIP does not launch";
   if (hip && !step.tensormaps.empty()) return "declares tensor maps, which are CUDA-only";
+  return "";
+}
 
+std::string plan_tensormaps(const KernelRecord& kernel, const StepRecord& step, KernelPlan& kernel_plan,
+                            StepPlan& plan) {
   for (const TensorMapRecord& record : step.tensormaps) {
     TensorMapPlan map;
     map.record = &record;
@@ -210,44 +206,59 @@ std::string plan_step(const Archive& archive, const KernelRecord& kernel, const 
     }
     plan.tensormaps.push_back(map);
   }
+  return "";
+}
 
-  // Offsets are aligned against the parameters' address in the constant bank (CUDA), as ptxas
-  // lays them out; only a tensor map's 64-byte alignment can tell the difference.
-  const uint64_t base = hip ? 0 : kCudaParamBase;
-  uint64_t offset = 0;
+// Every parameter: a known word, a wire type the word may take, and a place in the argument
+// segment (aligned, inside kernarg_size, overlapping no other parameter).
+std::string plan_params(const KernelRecord& kernel, const StepRecord& step, KernelPlan& kernel_plan,
+                        StepPlan& plan) {
+  if (step.kernarg_size > kMaxKernargBytes) {
+    return "has " + std::to_string(step.kernarg_size) + " bytes of arguments (more than " +
+           std::to_string(kMaxKernargBytes) + ")";
+  }
+  std::vector<std::pair<uint32_t, uint32_t>> spans;  // [offset, end) per parameter
   for (const ParamRecord& param : step.params) {
     ParamSlot slot;
     slot.word = &param.word;
-    if (!resolve_word(param.word, kernel, step, slot)) {
+    uint8_t wires = 0;
+    if (!resolve_word(param.word, kernel, step, slot, wires)) {
       return "parameter word '" + param.word + "' is not in this runtime's vocabulary — update the runtime";
     }
     const TypeInfo* declared = type_named(param.type);
-    if (!declared || declared->type != slot.type) {
-      return "parameter " + param.word + " has type " + param.type + ", the vocabulary says " +
-             type_info(slot.type).name;
+    const bool fits = declared && (slot.source == ParamSource::TensorMap
+                                       ? declared->type == ParamType::TensorMap
+                                       : (wires & wire_bit(declared->type)) != 0);
+    if (!fits) {
+      return "parameter " + param.word + " has type " + param.type + ", which its word cannot take";
     }
+    slot.type = declared->type;
     if (param.divisibility == 0 || (param.divisibility & (param.divisibility - 1)) != 0) {
       return "parameter " + param.word + " has divisibility " + std::to_string(param.divisibility);
     }
     slot.divisibility = param.divisibility;
-    offset = align_up(base + offset, declared->align) - base;  // natural alignment
-    slot.offset = uint32_t(offset);
-    offset += declared->size;
+    if (param.offset % declared->align != 0 || uint64_t(param.offset) + declared->size > step.kernarg_size) {
+      return "parameter " + param.word + " at byte " + std::to_string(param.offset) +
+             " is misaligned or ends past the " + std::to_string(step.kernarg_size) + "-byte argument segment";
+    }
+    slot.offset = param.offset;
+    spans.emplace_back(param.offset, param.offset + declared->size);
     if (slot.source == ParamSource::Tensor) kernel_plan.uses_tensor[slot.index] = true;
     if (slot.source == ParamSource::Lse) kernel_plan.uses_lse = true;
     plan.params.push_back(slot);
     plan.offsets.push_back(slot.offset);
   }
-  // The argument segment ends padded to 8 bytes (the cubin's EIATTR_PARAM_CBANK size).
-  plan.packed_size = uint32_t(align_up(offset, 8));
-  if (plan.packed_size != step.kernarg_size) {
-    return "packed arguments are " + std::to_string(plan.packed_size) +
-           " bytes but the image declares kernarg_size " + std::to_string(step.kernarg_size) +
-           " — the archive and this runtime disagree on the kernel ABI; rebuild the bundle or "
-           "update the runtime";
+  std::sort(spans.begin(), spans.end());
+  for (size_t i = 1; i < spans.size(); ++i) {
+    if (spans[i].first < spans[i - 1].second) {
+      return "has parameters that overlap at byte " + std::to_string(spans[i].first);
+    }
   }
-  if (plan.packed_size > kMaxKernargBytes) return "has more than 4096 bytes of arguments";
+  plan.packed_size = uint32_t(step.kernarg_size);
+  return "";
+}
 
+std::string plan_grid(const StepRecord& step, StepPlan& plan) {
   for (int d = 0; d < 3; ++d) {
     for (const GridFactorRecord& factor : step.grid[d]) {
       int size = find_word(kSizeWords, kNumSizeWords, factor.word);
@@ -259,6 +270,16 @@ std::string plan_step(const Archive& archive, const KernelRecord& kernel, const 
   return "";
 }
 
+std::string plan_step(const Archive& archive, const KernelRecord& kernel, const StepRecord& step,
+                      KernelPlan& kernel_plan, StepPlan& plan) {
+  plan.record = &step;
+  std::string defect = check_image(archive, step);
+  if (defect.empty()) defect = plan_tensormaps(kernel, step, kernel_plan, plan);
+  if (defect.empty()) defect = plan_params(kernel, step, kernel_plan, plan);
+  if (defect.empty()) defect = plan_grid(step, plan);
+  return defect;
+}
+
 uint64_t checked_multiply(uint64_t a, uint64_t b, const char* what) {
   uint64_t out;
   if (__builtin_mul_overflow(a, b, &out)) {
@@ -268,6 +289,11 @@ uint64_t checked_multiply(uint64_t a, uint64_t b, const char* what) {
 }
 
 }  // namespace
+
+int64_t stride_value(const ParamSlot& slot, const Problem& problem) {
+  const int64_t stride = problem.tensors[slot.index].stride[slot.axis];
+  return slot.transform == Transform::Bytes ? stride * int64_t(dtype_bytes(problem.dtype)) : stride;
+}
 
 KernelPlan plan_kernel(const Archive& archive, const KernelRecord& kernel) {
   KernelPlan plan;
@@ -440,8 +466,13 @@ void pack_arguments(const StepPlan& step, const KernelPlan& plan, const Problem&
       case ParamSource::GlobalScratch: address = buffers.global_scratch; break;
       case ParamSource::ProfileScratch: address = buffers.profile_scratch; break;
       case ParamSource::Stride: {
-        int64_t stride = problem.tensors[slot.index].stride[slot.axis];
-        std::memcpy(at, &stride, sizeof(stride));
+        const int64_t stride = stride_value(slot, problem);
+        if (slot.type == ParamType::I32) {
+          const int32_t narrow = int32_t(stride);  // layout_mismatch refused values that do not fit
+          std::memcpy(at, &narrow, sizeof(narrow));
+        } else {
+          std::memcpy(at, &stride, sizeof(stride));
+        }
         continue;
       }
       case ParamSource::HeadDim:

@@ -1,7 +1,7 @@
 // Launch specs, read data-driven: each kernel's steps are planned once at open (every word
-// resolved to where its value comes from, argument offsets, the packed size checked against
-// the image's kernarg_size), then each launch resolves the plan against a Problem.
-// No C++ is generated or written per kernel.
+// resolved to where its value comes from, each parameter's byte offset taken from the index,
+// which the builder read from the image), then each launch resolves the plan against a
+// Problem. No C++ is written per kernel, and no argument layout is derived here.
 #pragma once
 
 #include <array>
@@ -17,12 +17,12 @@ namespace attnpack {
 
 enum class ParamType : uint8_t { Ptr, I32, I64, F32, TensorMap };
 
-// Where a parameter's value comes from.
+// Where a parameter's value comes from: one per python/attnpack/abi.py SOURCES entry.
 enum class ParamSource : uint8_t {
   Tensor,          // an element tensor's address (index: TensorId)
   Lse,             // the lse buffer's address
   Workspace,       // a workspace buffer's address (index: its position in the kernel's list)
-  Stride,          // <tensor>_stride_<b|h|s|d> (index: TensorId, axis: Axis; d is always 1)
+  Stride,          // <tensor>_stride_<b|h|s|d>[_bytes] (index: TensorId, axis: Axis; d is always 1)
   Size,            // B Hq Hkv Sq Sk (index: SizeId)
   HeadDim,         // D: the head dim (i32), as Triton passes a tensor descriptor's last extent
   SmScale,         // sm_scale
@@ -32,15 +32,22 @@ enum class ParamSource : uint8_t {
   TensorMap,       // a host TMA descriptor (index: the step's tensormaps entry)
 };
 
+// A value transform of the vocabulary (abi.TRANSFORMS): Bytes multiplies by the element size.
+enum class Transform : uint8_t { None, Bytes };
+
 struct ParamSlot {
   const std::string* word = nullptr;
   ParamSource source = ParamSource::Size;
-  ParamType type = ParamType::I32;
+  ParamType type = ParamType::I32;  // the wire type the image takes it as
+  Transform transform = Transform::None;
   uint8_t index = 0;
   uint8_t axis = 0;
   uint32_t divisibility = 1;
   uint32_t offset = 0;  // in the packed argument buffer
 };
+
+// A stride parameter's value for `problem`: elements, or bytes under Transform::Bytes.
+int64_t stride_value(const ParamSlot& slot, const Problem& problem);
 
 // The memory a tensor map views.
 struct BufferRef {
@@ -58,7 +65,7 @@ struct StepPlan {
   const StepRecord* record = nullptr;
   std::vector<ParamSlot> params;
   std::vector<uint32_t> offsets;  // params[i].offset, contiguous for the driver
-  uint32_t packed_size = 0;
+  uint32_t packed_size = 0;       // the image's kernarg_size: the whole packed buffer
   std::array<std::vector<std::pair<SizeId, int64_t>>, 3> grid;  // factors: ceil(size / d)
   std::vector<TensorMapPlan> tensormaps;
   bool grid_uses_num_sms = false;
@@ -109,8 +116,9 @@ struct LaunchBuffers {
 TensorMapEncode tensormap_arguments(const TensorMapPlan& map, const KernelPlan& plan,
                                     const Problem& problem, const LaunchBuffers& buffers);
 
-// Packs every parameter of `step` into `out` (step.packed_size bytes, 64-byte aligned);
-// tensor maps are encoded in place through `driver`.
+// Packs every parameter of `step` into `out` (step.packed_size bytes, 64-byte aligned) at the
+// offsets of the index; bytes no parameter covers (padding) are zero. Tensor maps are encoded
+// in place through `driver`. Values have been checked to fit their wire types at selection.
 void pack_arguments(const StepPlan& step, const KernelPlan& plan, const Problem& problem,
                     const LaunchBuffers& buffers, Driver& driver, uint8_t* out);
 

@@ -1,5 +1,7 @@
 #include "select.hpp"
 
+#include <cstdint>
+
 #include "error.hpp"
 
 namespace attnpack {
@@ -140,9 +142,16 @@ std::string Selector::layout_mismatch(const KernelPlan& plan, const Problem& pro
     }
   }
   if (plan.uses_lse && problem.lse % 4 != 0) return "lse is not 4-byte aligned";
-  // Every divisibility the kernel was compiled to assume must hold for this problem.
+  // Every value must fit the wire type the kernel takes it as (a stride passed as i32), and
+  // every divisibility the kernel was compiled to assume must hold for this problem.
   for (const StepPlan& step : plan.steps) {
     for (const ParamSlot& slot : step.params) {
+      if (slot.source == ParamSource::Stride && slot.type == ParamType::I32) {
+        const int64_t value = stride_value(slot, problem);
+        if (value > INT32_MAX) {
+          return *slot.word + "=" + std::to_string(value) + " does not fit the kernel's 32-bit parameter";
+        }
+      }
       if (slot.divisibility <= 1) continue;
       const std::string div = std::to_string(slot.divisibility);
       switch (slot.source) {
@@ -153,7 +162,7 @@ std::string Selector::layout_mismatch(const KernelPlan& plan, const Problem& pro
           break;
         }
         case ParamSource::Stride: {
-          int64_t value = problem.tensors[slot.index].stride[slot.axis];
+          int64_t value = stride_value(slot, problem);
           if (value % slot.divisibility != 0) {
             return *slot.word + "=" + std::to_string(value) + " is not a multiple of " + div + " (kernel promise)";
           }

@@ -50,6 +50,9 @@ static int print_layout(void) {
   STRUCT(attnpack_kernel_info, {
     FIELD(attnpack_kernel_info, struct_size); FIELD(attnpack_kernel_info, num_steps);
     FIELD(attnpack_kernel_info, name); FIELD(attnpack_kernel_info, family);
+    FIELD(attnpack_kernel_info, deterministic); FIELD(attnpack_kernel_info, priority);
+    FIELD(attnpack_kernel_info, backend); FIELD(attnpack_kernel_info, license);
+    FIELD(attnpack_kernel_info, origin);
   });
   STRUCT(attnpack_launch_params, {
     FIELD(attnpack_launch_params, struct_size); FIELD(attnpack_launch_params, stream);

@@ -2,7 +2,7 @@ from pathlib import Path
 
 import pytest
 
-from attnpack.build import BuildRequest, build_archives
+from attnpack.builder import BuildRequest, build_archives
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

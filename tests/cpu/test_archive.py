@@ -8,6 +8,7 @@ from click.testing import CliRunner
 from attnpack.archive import ArchiveError, Image, read_archive, write_archive
 from attnpack.archive.format import PREAMBLE
 from attnpack.archive.verify import verify_archive
+from attnpack.targets import target
 from attnpack.cli import main
 
 
@@ -87,11 +88,11 @@ def test_wrong_magic(sm90):
 
 def test_newer_format_major(sm90):
     data = bytearray(sm90.read_bytes())
-    struct.pack_into("<HH", data, 8, 2, 0)
+    struct.pack_into("<HH", data, 8, 3, 0)
     sm90.write_bytes(bytes(data))
     with pytest.raises(ArchiveError) as err:
         read_archive(sm90)
-    assert str(err.value) == ("attnpack-0.1.0-sm_90.apk: has format 2.0; this attnpack reads 1.x "
+    assert str(err.value) == ("attnpack-0.1.0-sm_90.apk: has format 3.0; this attnpack reads 2.x "
                               "— rebuild the bundle or update attnpack")
 
 
@@ -99,23 +100,33 @@ def _rewrite(src, dst, **changes):
     """Re-pack an archive's content with some fields changed (hashes stay consistent)."""
     ar = read_archive(src)
     images = [Image(r["kind"], r["symbol"], ar.image(i)) for i, r in enumerate(ar.index["images"])]
-    args = dict(arch=ar.arch, bundle_version=ar.meta["bundle_version"],
+    args = dict(arch=ar.arch, target=ar.target, bundle_version=ar.meta["bundle_version"],
                 compilers=ar.meta["compilers"], images=images, kernels=ar.kernels,
                 selection=ar.index["selection"], families=ar.index["families"])
     args.update(changes)
     return write_archive(dst, **args)
 
 
-def test_unknown_arch(sm90, tmp_path):
-    path = _rewrite(sm90, tmp_path / "attnpack-0.1.0-sm_75.apk", arch="sm_75")
-    with pytest.raises(ArchiveError, match="targets unknown arch 'sm_75'"):
+def test_unknown_vendor_is_refused_and_unknown_arch_fails_verify(sm90, tmp_path):
+    # The reader needs only a vendor it has a driver for; the targets table knows the archs.
+    path = _rewrite(sm90, tmp_path / "a" / "attnpack-0.1.0-sm_90.apk",
+                    target={**read_archive(sm90).target, "vendor": "intel"})
+    with pytest.raises(ArchiveError, match="targets arch 'sm_90' of vendor 'intel'; this "
+                                           "attnpack knows vendors nvidia, amd"):
         read_archive(path)
+    path = _rewrite(sm90, tmp_path / "b" / "attnpack-0.1.0-sm_75.apk", arch="sm_75")
+    assert read_archive(path).arch == "sm_75"
+    _, problems, _ = verify_archive(path)
+    assert problems == ["attnpack-0.1.0-sm_75.apk: unknown arch 'sm_75' (known: sm_90, gfx942, "
+                        "gfx950, sm_80, sm_100); a new target is a row in "
+                        "python/attnpack/targets.py"]
 
 
 def test_image_for_another_arch(toy_build, tmp_path):
     # gfx950 code objects in an archive that claims gfx942: the ELF check catches it.
     path = _rewrite(toy_build.out_dir / "attnpack-0.1.0-gfx950.apk",
-                    tmp_path / "attnpack-0.1.0-gfx942.apk", arch="gfx942")
+                    tmp_path / "attnpack-0.1.0-gfx942.apk", arch="gfx942",
+                    target=target("gfx942").meta())
     _, problems, _ = verify_archive(path)
     assert problems and all("ELF is built for gfx950, the archive targets gfx942" in p
                             for p in problems)
@@ -124,7 +135,7 @@ def test_image_for_another_arch(toy_build, tmp_path):
 def test_launch_spec_disagreeing_with_the_elf(sm90, tmp_path):
     ar = read_archive(sm90)
     kernels = ar.kernels
-    kernels[0]["steps"][0]["params"].insert(0, ["q", "ptr", 16])
+    kernels[0]["steps"][0]["params"].insert(0, ["q", "ptr", 16, 0])
     kernels[0]["steps"][0]["kernarg_size"] += 8
     path = _rewrite(sm90, tmp_path / "x" / sm90.name, kernels=kernels)
     _, problems, _ = verify_archive(path)
@@ -148,11 +159,16 @@ def test_inspect_json(sm90):
     result = CliRunner().invoke(main, ["inspect", str(sm90), "--json"])
     assert result.exit_code == 0
     summary = json.loads(result.output)
-    assert summary["arch"] == "sm_90" and summary["format"] == "1.0"
+    assert summary["arch"] == "sm_90" and summary["format"] == "2.0"
+    assert summary["target"] == {"vendor": "nvidia", "image_kind": "cubin", "wave_size": 32,
+                                 "shared_bytes": 232448, "gpus": "H100/H200",
+                                 "verified": "run on the H200"}
     assert len(summary["kernels"]) == 6 and summary["images"] == 3
     assert summary["compression_ratio"] > 1.0
     text = CliRunner().invoke(main, ["inspect", str(sm90)]).output
     assert "6 kernels, 3 images" in text
+    assert "target sm_90 (H100/H200, nvidia): run on the H200" in text
+    assert "family toy: triton backend, default priority 100, MIT licence" in text
 
 
 def test_cli_reports_unreadable_archive(tmp_path):
@@ -174,7 +190,7 @@ def test_selection_and_tuning_entries_must_serve_their_key(sm90, tmp_path):
     path = _rewrite(sm90, tmp_path / "x" / sm90.name, selection=selection, tuning=tuning)
     _, problems, _ = verify_archive(path)
     assert problems == [
-        "attnpack-0.1.0-sm_90.apk: selection: entry fwd fp16 d32 points at "
+        "attnpack-0.1.0-sm_90.apk: selection: entry fwd fp16 d32 full points at "
         "toy/fwd/fp16-d32-causal/BLOCK16_warps1, whose key differs",
-        "attnpack-0.1.0-sm_90.apk: tuning: entry bwd fp16 d32 sq128 sk128 points at "
+        "attnpack-0.1.0-sm_90.apk: tuning: entry bwd fp16 d32 full gqa1 sq128 sk128 points at "
         "toy/fwd/fp16-d32-full/BLOCK16_warps1, whose key differs"]

@@ -6,10 +6,12 @@ import pytest
 
 from attnpack.archive import read_archive
 from attnpack.archive.verify import verify_archive
-from attnpack.build import BuildError
-from attnpack.build.compile import CompileFailure
-
-
+from attnpack.builder import BuildError
+from attnpack.builder.compile import CompileFailure
+from attnpack.family import load_families
+from attnpack.keys import KernelName
+from attnpack.tune.db import seed_untuned
+from attnpack.tune.runner import standard_keys
 
 from conftest import FIXTURES, build
 
@@ -40,15 +42,19 @@ def test_launch_spec_of_a_step(toy_build):
     assert k["workspace"] == [{"name": "delta", "shape": ["B", "Hq", "Sq"]}]
     s = k["steps"][0]
     assert s["name"] == "bwd_rowsum" and s["symbol"] == "row_sums"
-    assert s["params"] == [["do", "ptr", 16], ["delta", "ptr", 16], ["do_stride_b", "i64", 1],
-                           ["do_stride_h", "i64", 1], ["do_stride_s", "i64", 1],
-                           ["Hq", "i32", 1], ["Sq", "i32", 1],
-                           ["global_scratch", "ptr", 1], ["profile_scratch", "ptr", 1]]
+    # [word, type, divisibility, offset], the offsets as the cubin's .nv.info declares them
+    assert s["params"] == [["do", "ptr", 16, 0], ["delta", "ptr", 16, 8],
+                           ["do_stride_b", "i64", 1, 16], ["do_stride_h", "i64", 1, 24],
+                           ["do_stride_s", "i64", 1, 32], ["Hq", "i32", 1, 40], ["Sq", "i32", 1, 44],
+                           ["global_scratch", "ptr", 1, 48], ["profile_scratch", "ptr", 1, 56]]
     assert s["grid"] == [[["Sq", 16]], [["B", 1], ["Hq", 1]], []]
     assert s["block"] == [32, 1, 1] and s["cluster"] == [1, 1, 1]
     assert s["kernarg_size"] == 8 + 8 + 3 * 8 + 4 + 4 + 8 + 8
     fwd = ar.kernel("toy/fwd/fp16-d32-full/BLOCK16_warps1")["steps"][0]
-    assert ["q_stride_s", "i64", 16] in fwd["params"]
+    assert ["q_stride_s", "i64", 16] in [p[:3] for p in fwd["params"]]
+    assert k["deterministic"] is False and ar.index["families"]["toy"] == {
+        "backend": "triton", "compilers": ["triton"], "priority": 100,
+        "provenance": {"license": "MIT", "origin": "attnpack test fixture"}}
 
 
 def test_rebuild_is_byte_identical_and_path_independent(toy_build, tmp_path):
@@ -93,7 +99,7 @@ def test_compile_error_fails_the_build_and_names_the_kernel(tmp_path):
 
 def test_timeout_fails_the_build_and_names_the_kernel(tmp_path, monkeypatch):
     import time
-    from attnpack.build import compile as compile_mod
+    from attnpack.builder import compile as compile_mod
     monkeypatch.setattr(compile_mod, "_compile", lambda job: time.sleep(60))  # a stuck compiler
     start = time.monotonic()
     with pytest.raises(CompileFailure, match=r"sm_90:toy/\S+ timed out after 1 s|"
@@ -104,8 +110,9 @@ def test_timeout_fails_the_build_and_names_the_kernel(tmp_path, monkeypatch):
 
 
 def test_unknown_arch_and_empty_selection_are_errors(tmp_path):
-    with pytest.raises(BuildError, match="unknown arch 'sm_80'"):
-        build(tmp_path, FIXTURES / "kernels", None, archs=("sm_80",))
+    with pytest.raises(BuildError, match="unknown arch 'sm_75' .known: sm_90, gfx942, gfx950, "
+                                         "sm_80, sm_100.; a new target is a row in"):
+        build(tmp_path, FIXTURES / "kernels", None, archs=("sm_75",))
     with pytest.raises(BuildError, match="empty variant selection for sm_90"):
         build(tmp_path, FIXTURES / "kernels", None, archs=("sm_90",), head_dims=(999,))
     with pytest.raises(BuildError, match="unknown family nope"):
@@ -123,9 +130,16 @@ def _second_toy(tmp_path, priority: str) -> Path:
 
 
 def test_lower_priority_family_serves_a_shared_key(tmp_path):
-    req = build(tmp_path / "out", _second_toy(tmp_path, "50"), None, archs=("sm_90",))
+    # toy2 sorts after toy by name; its lower priority, not the name order, makes it the
+    # default, for the builder and for `db seed` alike (one rule: family.default_variants).
+    root = _second_toy(tmp_path, "50")
+    req = build(tmp_path / "out", root, None, archs=("sm_90",))
     ar = read_archive(req.paths[0])
-    assert {s["kernel"].split("/")[0] for s in ar.index["selection"]} == {"toy2"}
+    assert {KernelName.parse(s["kernel"]).family for s in ar.index["selection"]} == {"toy2"}
+    keys = standard_keys(dtypes=("fp16",), head_dims=(32,))
+    seeded = seed_untuned("sm_90", keys, load_families(root))
+    assert len(seeded.entries) == len(keys) > 0
+    assert {e["family"] for e in seeded.entries.values()} == {"toy2"}
 
 
 def test_equal_priority_defaults_are_a_build_error(tmp_path):
@@ -133,3 +147,21 @@ def test_equal_priority_defaults_are_a_build_error(tmp_path):
                                          r"toy2/fwd/fp16-d32-full/BLOCK16_warps1 are both the "
                                          r"default for fwd fp16-d32-full at priority 100"):
         build(tmp_path / "out", _second_toy(tmp_path, "100"), None, archs=("sm_90",))
+
+
+def test_a_family_that_serves_some_buckets_is_seeded_there_and_never_the_catch_all(tmp_path):
+    # toy2 (priority 50) serves only Sq >= 1024: the per-functional default stays toy, and the
+    # seeded database gives toy2 exactly the buckets it declares it serves.
+    root = _second_toy(tmp_path, "50")
+    fam = root / "toy2" / "family.py"
+    fam.write_text(fam.read_text().replace(
+        'name="toy2",', 'name="toy2", serves=lambda arch, key: None if key.sq >= 1024 else '
+                        '"needs Sq >= 1024 (256-row tiles)",'))
+    req = build(tmp_path / "out", root, None, archs=("sm_90",))
+    ar = read_archive(req.paths[0])
+    assert {KernelName.parse(s["kernel"]).family for s in ar.index["selection"]} == {"toy"}
+    keys = standard_keys(dtypes=("fp16",), head_dims=(32,))
+    seeded = seed_untuned("sm_90", keys, load_families(root))
+    assert len(seeded.entries) == len(keys)
+    for key, entry in seeded.entries.items():
+        assert entry["family"] == ("toy2" if key.sq >= 1024 else "toy"), key.text

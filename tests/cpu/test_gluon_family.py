@@ -16,8 +16,8 @@ from attnpack import runtime as rt
 from attnpack.archive import read_archive
 from attnpack.archive.elf import kernel_facts
 from attnpack.archive.verify import verify_archive
-from attnpack.build import BuildRequest, build_archives
-from attnpack.build.builder import plan_variants
+from attnpack.builder import BuildRequest, build_archives
+from attnpack.builder.build import plan_variants
 from attnpack.family import load_families
 from test_runtime_fixtures import PARAM_ALIGN, PARAM_SIZE, param_offsets
 
@@ -56,7 +56,7 @@ def test_descriptor_params_are_tritons_expansion_at_the_cubins_offsets(gluon_arc
                               ["Hkv" if t in "kv" else "Hq", "i32", 1],
                               ["Sk" if t in "kv" else "Sq", "i32", 1], ["D", "i32", 1],
                               *[[f"{t}_stride_{a}", "i64", 1] for a in "bhsd"]]
-    assert step["params"] == [
+    assert [p[:3] for p in step["params"]] == [
         *expansion("q_desc", "q"), *expansion("k_desc", "k"), *expansion("v_desc", "v"),
         *expansion("o_desc", "o"), ["lse", "ptr", 16], ["B", "i32", 1], ["Hq", "i32", 1],
         ["Hkv", "i32", 1],
@@ -72,6 +72,8 @@ def test_descriptor_params_are_tritons_expansion_at_the_cubins_offsets(gluon_arc
     types = [p[1] for p in step["params"]]
     assert facts.param_base == 0x210
     assert facts.params == [(off, PARAM_SIZE[t]) for off, t in zip(param_offsets(types), types)]
+    # the index carries the cubin's own offsets; the documented rule reproduces them
+    assert [p[3] for p in step["params"]] == param_offsets(types)
     # descriptors at 48, 240, 432, 624: 64-byte aligned in the constant bank, not in the buffer
     assert [off for off, size in facts.params if size == 128] == [48, 240, 432, 624]
     assert step["kernarg_size"] == facts.kernarg_size == 848
@@ -100,7 +102,8 @@ def _expected_args(step: dict, values: dict) -> bytes:
     offsets = param_offsets(types)
     out = bytearray(step["kernarg_size"])
     pack = {"ptr": "<Q", "i64": "<q", "i32": "<i", "f32": "<f", "tensormap": "<Q"}
-    for (word, typ, _), off in zip(step["params"], offsets):
+    for (word, typ, _, off), rule in zip(step["params"], offsets):
+        assert off == rule
         assert off % PARAM_ALIGN[typ] == (0 if typ != "tensormap" else 48)
         struct.pack_into(pack[typ], out, off, values[word])
     return bytes(out)

@@ -47,7 +47,7 @@ def test_open_reports_what_the_archive_holds(toy_archives):
     with open_sm90(toy_archives["sm_90"]) as bundle:
         assert bundle.info() == {
             "path": str(toy_archives["sm_90"]), "arch": "sm_90", "bundle_version": "0.1.0",
-            "format": (1, 0), "compilers": "triton=3.6.0", "driver": "cuda", "kernels": 6,
+            "format": (2, 0), "compilers": "triton=3.6.0", "driver": "cuda", "kernels": 6,
             "images": 3}
     with rt.Bundle(toy_archives["gfx950"], arch="gfx950") as bundle:
         assert bundle.info()["driver"] == "hip" and bundle.info()["kernels"] == 4
@@ -68,10 +68,10 @@ def test_every_image_inflates_to_the_readers_bytes(toy_archives, triton_fwd_arch
 
 
 def test_a_newer_minor_version_still_opens(toy_archives, tmp_path):
-    # minors are additive: unknown keys are ignored, so 1.7 reads as 1.x
-    path = patched(toy_archives["sm_90"], tmp_path / "a.apk", 8, struct.pack("<HH", 1, 7))
+    # minors are additive: unknown keys are ignored, so 2.7 reads as 2.x
+    path = patched(toy_archives["sm_90"], tmp_path / "a.apk", 8, struct.pack("<HH", 2, 7))
     with open_sm90(path) as bundle:
-        assert bundle.info()["format"] == (1, 7)
+        assert bundle.info()["format"] == (2, 7)
 
 
 # ---- bad archives ------------------------------------------------------------------------
@@ -79,9 +79,15 @@ def test_a_newer_minor_version_still_opens(toy_archives, tmp_path):
 def test_a_newer_major_version_asks_to_rebuild_or_update(toy_archives, tmp_path):
     # The preamble's version is outside every hash, so patching it is all a newer writer does.
     path = patched(toy_archives["sm_90"], tmp_path / "attnpack-0.3.0-sm_90.apk", 8,
-                   struct.pack("<HH", 2, 0))
+                   struct.pack("<HH", 3, 0))
     message = expect_error(S.ARCHIVE_VERSION, open_sm90, path)
-    assert message == (f"archive {path} has format 2.0; this runtime reads 1.x — rebuild the "
+    assert message == (f"archive {path} has format 3.0; this runtime reads 2.x — rebuild the "
+                       "bundle or update the runtime")
+    # and an archive of the format before (1.x: parameters without offsets) is refused too
+    path = patched(toy_archives["sm_90"], tmp_path / "attnpack-0.0.9-sm_90.apk", 8,
+                   struct.pack("<HH", 1, 0))
+    message = expect_error(S.ARCHIVE_VERSION, open_sm90, path)
+    assert message == (f"archive {path} has format 1.0; this runtime reads 2.x — rebuild the "
                        "bundle or update the runtime")
 
 
@@ -158,12 +164,19 @@ def test_an_image_whose_bytes_disagree_with_its_index_record(toy_archives, tmp_p
             assert f") {problem} — re-copy or rebuild the bundle" in message
 
 
-def test_an_unknown_target_arch(toy_archives, tmp_path):
+def test_any_arch_of_a_known_vendor_opens_and_an_unknown_vendor_is_refused(toy_archives, tmp_path):
+    # The runtime keeps no arch list: an arch it has never heard of opens, by its vendor.
     path = rehashed(toy_archives["sm_90"], tmp_path / "a.apk",
                     edit_meta=lambda meta: meta.update(arch="sm_91"))
+    with rt.Bundle(path, arch="sm_91", recording=True) as bundle:
+        assert bundle.info()["arch"] == "sm_91" and bundle.info()["driver"] == "recording"
+    assert expect_error(S.ARCH_MISMATCH, open_sm90, path).startswith(
+        f"archive {path} targets sm_91 but sm_90 was asked for")
+    path = rehashed(toy_archives["sm_90"], tmp_path / "b.apk",
+                    edit_meta=lambda meta: meta["target"].update(vendor="vulkan"))
     assert expect_error(S.ARCHIVE_CORRUPT, open_sm90, path) == (
-        f"archive {path}: targets unknown arch 'sm_91' (this runtime knows sm_90, gfx942, gfx950)"
-        " — update the runtime")
+        f"archive {path}: targets sm_90 of vendor 'vulkan', for which this runtime has no driver "
+        "(it knows nvidia and amd) — update the runtime")
 
 
 def test_a_malformed_index_names_the_field(tmp_path):
@@ -173,7 +186,7 @@ def test_a_malformed_index_names_the_field(tmp_path):
     kernel_position = sorted(k["name"] for k in kernels).index(kernels[1]["name"])
     assert expect_error(S.ARCHIVE_CORRUPT, open_sm90, path) == (
         f"archive {path}: index.kernels[{kernel_position}].steps[0] has no 'grid' — the archive "
-        "and this runtime disagree on format 1.x; rebuild the bundle")
+        "and this runtime disagree on format 2.x; rebuild the bundle")
     kernels = attention_kernels(dtypes=("fp16",), head_dims=(64,))
     kernels[0]["steps"][0]["image"] = 5
     from attnpack.archive import Image

@@ -22,6 +22,8 @@ import pytest
 
 from attnpack import abi
 from attnpack import runtime as rt
+from attnpack.keys import FunctionalKey
+from attnpack.targets import target
 
 FIXTURE_KERNELS = Path(__file__).parent / "fixtures" / "kernels"
 PARAM_SIZE = {"ptr": 8, "i64": 8, "i32": 4, "f32": 4, "tensormap": 128}
@@ -59,13 +61,16 @@ def strides_of(*tensors):
 
 def step(name, image, words, grid, *, workspace=(), block=(128, 1, 1), shared=0,
          cluster=(1, 1, 1), scratch=None, tensormaps=(), divisible=(), kernarg=None) -> dict:
-    """A launch-spec step record as the builder writes it (params typed by the vocabulary)."""
+    """A launch-spec step record as the builder writes it (params typed by the vocabulary and
+    placed at the offsets ptxas would give them; a real build reads them from the image)."""
     params = []
     for word in list(words) + list(abi.TRITON_SCRATCH):
         tm = next((m for m in tensormaps if m["param"] == word), None)
         typ = "tensormap" if tm else abi.param_type(word, tuple(workspace))
         div = 16 if (typ == "ptr" and word not in abi.TRITON_SCRATCH) or word in divisible else 1
         params.append([word, typ, div])
+    for param, offset in zip(params, param_offsets([p[1] for p in params])):
+        param.append(offset)
     return {"name": name, "image": image, "symbol": f"sym{image}", "params": params,
             "grid": [[list(f) for f in dim] for dim in grid], "block": list(block),
             "shared": shared, "cluster": list(cluster),
@@ -86,9 +91,10 @@ PER_KV_TILE = ((("Sk", 64),), (("B", 1), ("Hkv", 1)), ())
 
 
 def kernel(family, op, dtype, head_dim, causal, steps, config="M128", workspace=()) -> dict:
-    tag = f"{dtype}-d{head_dim}-{'causal' if causal else 'full'}"
+    tag = FunctionalKey(dtype, head_dim, causal).tag
     return {"name": f"{family}/{op}/{tag}/{config}", "family": family, "op": op,
             "key": {"dtype": dtype, "head_dim": head_dim, "causal": causal},
+            "deterministic": True,
             "config": {"tile": config}, "steps": steps,
             "workspace": [{"name": n, "shape": ["B", "Hq", "Sq"]} for n in workspace]}
 
@@ -114,14 +120,17 @@ def write_synthetic(path: Path, kernels: list[dict], *, arch="sm_90", images=Non
                     selection=None, tuning=None) -> Path:
     """An archive through the real writer, with stand-in images; every kernel is selected."""
     from attnpack.archive import Image, write_archive
-    kind = "cubin" if arch.startswith("sm_") else "hsaco"
+    kind = target(arch).image_kind
     count = 1 + max(s["image"] for k in kernels for s in k["steps"])
     images = images or [Image(kind, f"sym{i}", bytes(range(256)) * (40 + i)) for i in range(count)]
     if selection is None:
         selection = [{"op": k["op"], **k["key"], "kernel": k["name"]} for k in kernels]
-    return write_archive(path, arch=arch, bundle_version="0.1.0", compilers={"triton": "3.6.0"},
-                         images=images, kernels=kernels, selection=selection,
-                         families={"synth": {"provenance": {"license": "MIT"}}}, tuning=tuning)
+    families = {k["family"]: {"backend": "triton", "compilers": ["triton"], "priority": 100,
+                              "provenance": {"license": "MIT", "origin": "test fixture"}}
+                for k in kernels}
+    return write_archive(path, arch=arch, target=target(arch).meta(), bundle_version="0.1.0",
+                         compilers={"triton": "3.6.0"}, images=images, kernels=kernels,
+                         selection=selection, families=families, tuning=tuning)
 
 
 def rehashed(src: Path, dst: Path, edit_meta=None, edit_index=None) -> Path:
@@ -173,7 +182,7 @@ def expect_error(status: rt.Status, call, *args, **kwargs) -> str:
 
 def build_toy(root: Path) -> dict[str, Path]:
     """arch -> toy archive compiled into root/toy, for sm_90 and gfx950."""
-    from attnpack.build import BuildRequest, build_archives
+    from attnpack.builder import BuildRequest, build_archives
     req = BuildRequest(archs=("sm_90", "gfx950"), out_dir=root / "toy", kernels_root=FIXTURE_KERNELS,
                        cache_dir=root / "cache", jobs=2, all_variants=True)
     return {p.name.split("-")[-1][:-4]: p for p in build_archives(req)}
@@ -200,7 +209,7 @@ def toy_tuning_db(seed: int = 7):
                             continue
                         config = TOY_FWD[fwd_count % 2] if op == "fwd" else "BLOCK16_warps1"
                         fwd_count += op == "fwd"
-                        tag = f"fp16-d32-{'causal' if causal else 'full'}"
+                        tag = FunctionalKey("fp16", 32, causal).tag
                         db.put({"op": op, "dtype": "fp16", "head_dim": 32, "causal": causal,
                                 "gqa": gqa, "sq": sq, "sk": sk, "family": "toy",
                                 "kernel": f"toy/{op}/{tag}/{config}", "time_us": 1.0 + sq / 1000})
@@ -210,7 +219,7 @@ def toy_tuning_db(seed: int = 7):
 def build_toy_tuned(root: Path) -> tuple[Path, Path]:
     """(sm_90 toy archive built with toy_tuning_db, the database's text file): the database
     goes text -> builder -> the archive's msgpack index, as `attnpack build` does it."""
-    from attnpack.build import BuildRequest, build_archives
+    from attnpack.builder import BuildRequest, build_archives
     from attnpack.tune.db import save_db
     (root / "tuning_db").mkdir(parents=True, exist_ok=True)
     db_path = root / "tuning_db" / "sm_90.jsonl"
@@ -222,9 +231,20 @@ def build_toy_tuned(root: Path) -> tuple[Path, Path]:
 
 def build_triton_fwd(root: Path) -> Path:
     """The Triton family's forward, fp16, head dim 64, causal and full, for sm_90."""
-    from attnpack.build import BuildRequest, build_archives
+    from attnpack.builder import BuildRequest, build_archives
     req = BuildRequest(archs=("sm_90",), out_dir=root / "triton", cache_dir=root / "cache", jobs=2,
                        families=("triton",), ops=("fwd",), dtypes=("fp16",), head_dims=(64,))
+    return build_archives(req)[0]
+
+
+def build_fuzz_target(root: Path) -> Path:
+    """The shipped sm_90 bundle cut to bf16 head dim 128: tuned entries, Gluon kernels with
+    tensor maps and persistent grids, triton forwards and backwards with workspaces. The
+    user's compile cache is used, which the setup's default bundle build has filled."""
+    from attnpack.builder import BuildRequest, build_archives
+    from attnpack.builder.build import default_cache_dir
+    req = BuildRequest(archs=("sm_90",), out_dir=root / "fuzz", cache_dir=default_cache_dir(),
+                       jobs=2, dtypes=("bf16",), head_dims=(128,))
     return build_archives(req)[0]
 
 
@@ -233,6 +253,7 @@ def prebuild(root: str) -> None:
     build_toy(Path(root))
     build_toy_tuned(Path(root))
     build_triton_fwd(Path(root))
+    build_fuzz_target(Path(root))
 
 
 def _prebuilt(sub: str) -> list[Path]:
@@ -263,6 +284,13 @@ def triton_fwd_archive(tmp_path_factory) -> Path:
     """The Triton family's forward, fp16, head dim 64, causal and full, compiled for sm_90."""
     ready = _prebuilt("triton")
     return ready[0] if ready else build_triton_fwd(tmp_path_factory.mktemp("runtime_triton"))
+
+
+@pytest.fixture(scope="session")
+def fuzz_target_archive(tmp_path_factory) -> Path:
+    """The sm_90 bf16 d128 slice of the shipped bundle (build_fuzz_target)."""
+    ready = _prebuilt("fuzz")
+    return ready[0] if ready else build_fuzz_target(tmp_path_factory.mktemp("runtime_fuzz"))
 
 
 @pytest.fixture(scope="session")

@@ -43,12 +43,14 @@ def word_values(prob: rt.Problem, workspace: dict[str, int] | None = None) -> di
 
 
 def expected_args(step_record: dict, values: dict) -> bytes:
-    out = bytearray()
-    for word, typ, _ in step_record["params"]:
-        out += b"\0" * (-len(out) % PARAM_ALIGN[typ])
-        out += struct.pack(PACK[typ], values[word])
-    out += b"\0" * (-len(out) % 8)
-    assert len(out) == step_record["kernarg_size"]
+    """Each value at the offset the index gives it, zeros elsewhere. The offsets of these
+    Triton images follow natural alignment, checked here independently of the runtime."""
+    params = step_record["params"]
+    assert [p[3] for p in params] == param_offsets([p[1] for p in params])
+    out = bytearray(step_record["kernarg_size"])
+    for word, typ, _, offset in params:
+        struct.pack_into(PACK[typ], out, offset, values[word])
+    assert len(out) == kernarg_size(p[1] for p in params)
     return bytes(out)
 
 
@@ -257,15 +259,22 @@ def test_tensor_map_pitches_must_be_multiples_of_16_bytes(tmp_path):
 def test_specs_this_runtime_cannot_launch_are_bad_launch_specs(tmp_path):
     base = step("fwd", 0, FWD_WORDS, PER_Q_TILE)
     cases = {
-        "kernarg": (dict(base, kernarg_size=base["kernarg_size"] + 8),
-                    f"step fwd packed arguments are {base['kernarg_size']} bytes but the image "
-                    f"declares kernarg_size {base['kernarg_size'] + 8} — the archive and this "
-                    "runtime disagree on the kernel ABI; rebuild the bundle or update the runtime"),
-        "word": (dict(base, params=base["params"] + [["q_descale", "f32", 1]]),
+        "past_end": (dict(base, kernarg_size=base["kernarg_size"] - 8),
+                     f"step fwd parameter profile_scratch at byte {base['kernarg_size'] - 8} is "
+                     f"misaligned or ends past the {base['kernarg_size'] - 8}-byte argument segment"),
+        "misaligned": (dict(base, params=[["q", "ptr", 16, 4]] + base["params"][1:]),
+                       f"step fwd parameter q at byte 4 is misaligned or ends past the "
+                       f"{base['kernarg_size']}-byte argument segment"),
+        "overlap": (dict(base, params=[base["params"][0], [*base["params"][1][:3], 0]]
+                         + base["params"][2:]),
+                    "step fwd has parameters that overlap at byte 0"),
+        "too_big": (dict(base, kernarg_size=8192),
+                    "step fwd has 8192 bytes of arguments (more than 4096)"),
+        "word": (dict(base, params=base["params"] + [["q_descale", "f32", 1, 0]]),
                  "step fwd parameter word 'q_descale' is not in this runtime's vocabulary — "
                  "update the runtime"),
-        "type": (dict(base, params=[["q", "i64", 16]] + base["params"][1:]),
-                 "step fwd parameter q has type i64, the vocabulary says ptr"),
+        "type": (dict(base, params=[["q", "i64", 16, 0]] + base["params"][1:]),
+                 "step fwd parameter q has type i64, which its word cannot take"),
         "grid": (dict(base, grid=[[["Sq", 128]], [["heads", 1]], []]),
                  "step fwd grid factor 'heads' is not in this runtime's vocabulary"),
         "symbol": (dict(base, symbol="other"), "step fwd symbol other differs from its image's sym0"),

@@ -12,7 +12,7 @@ import pytest
 from attnpack import runtime as rt
 from attnpack.archive import read_archive
 from attnpack.tune.buckets import GQA_BOUNDS, SEQLEN_BOUNDS
-from attnpack.tune.db import key_text, load_db, problem_key
+from attnpack.tune.db import load_db, problem_key
 from test_runtime_fixtures import (FWD_WORDS, PER_Q_TILE, attention_kernels,  # noqa: F401
                                    expect_error, kernel, rehashed, step, toy_tuned_archive,
                                    write_synthetic)
@@ -75,7 +75,7 @@ def test_runtime_lookup_equals_the_python_lookup_for_random_shapes(toy_tuned_arc
                               shape["Sk"])
             want_kernel = entry["kernel"] if entry else defaults[(op, causal)]
             want_served = "tuned entry" if entry else "default"
-            want_key = f"{key_text(key)}: {'tuned entry' if entry else 'no tuned entry'}"
+            want_key = f"{key.text}: {'tuned entry' if entry else 'no tuned entry'}"
             got_kernel = bundle.select(prob).name
             got_key, got_served = tuning_lines(bundle.explain(prob))
             if (got_kernel, got_key, got_served) != (want_kernel, want_key, want_served):
@@ -128,7 +128,7 @@ def test_explain_shows_the_bucket_key_and_what_served_it(toy_tuned_archive):
                                               Sk=sk, D=D, causal=True))
         assert text == (
             f"problem: fwd fp16 B=1 Hq={2 * gqa} Hkv=2 Sq={sq - 1} Sk={sk} D=32 causal\n"
-            f"archive: {path} (sm_90, bundle 0.1.0, format 1.0, triton=3.6.0)\n"
+            f"archive: {path} (sm_90, bundle 0.1.0, format 2.0, triton=3.6.0)\n"
             f"  tuning key: fwd fp16 d32 causal gqa{gqa} sq{sq} sk{sk}: tuned entry\n"
             "  tuned toy/fwd/fp16-d32-causal/BLOCK32_warps2: chosen\n"
             "kernel: toy/fwd/fp16-d32-causal/BLOCK32_warps2 (family toy, BLOCK=32 warps=2)\n"
@@ -256,7 +256,7 @@ def test_tuning_entries_without_buckets_are_malformed(tmp_path):
         "buckets": {"gqa": [1]}, "entries": [entry], "provenance": {}})
     assert expect_error(S.ARCHIVE_CORRUPT, rt.Bundle, path, arch="sm_90") == (
         f"archive {path}: index.tuning.buckets has no 'seqlen' — the archive and this runtime "
-        "disagree on format 1.x; rebuild the bundle")
+        "disagree on format 2.x; rebuild the bundle")
     path = write_synthetic(tmp_path / "b.apk", kernels, tuning={
         "buckets": {"gqa": [1], "seqlen": []}, "entries": [entry], "provenance": {}})
     assert expect_error(S.ARCHIVE_CORRUPT, rt.Bundle, path, arch="sm_90") == (

@@ -25,7 +25,7 @@ from torch.nn.attention import (current_flash_attention_impl,  # noqa: E402
                                 list_flash_attention_impls)
 
 import attnpack.torch as attnpack_torch  # noqa: E402
-from attnpack.build import BuildRequest, build_archives  # noqa: E402
+from attnpack.builder import BuildRequest, build_archives  # noqa: E402
 from attnpack.cli import main as cli  # noqa: E402
 from attnpack.torch import _build, _extension, _routing  # noqa: E402
 
@@ -279,7 +279,7 @@ TOY = "toy/{op}/fp16-d32-{mask}/BLOCK16_warps1"
     (dict(entry="efficient_fwd", shape=(1, 4, 2, 16, 16, 32)), "Hq != Hkv on the efficient op"),
     (dict(shape=(1, 3, 2, 16, 16, 32)), "Hq not a multiple of Hkv"),
     (dict(shape=(0, 2, 2, 16, 16, 32)), "empty tensor"),
-    (dict(op="bwd", deterministic=True), "deterministic mode: the toy backward is not known to be deterministic"),
+    (dict(op="bwd", deterministic=True), "deterministic mode: the toy backward is not declared deterministic"),
     # what the runtime says about this archive
     (dict(dtype="bf16"), "dtype bf16 not built"),
     (dict(dtype="fp32", entry="efficient_fwd"), "dtype fp32 not built"),

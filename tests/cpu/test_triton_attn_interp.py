@@ -148,8 +148,8 @@ else:
         for arch in SPEC.archs:
             for variant in SPEC.all_variants(arch) + SPEC.default_variants(arch):
                 for step in variant.steps:
-                    params = [p for p in step.fn.arg_names]
+                    params = [p for p in step.kernel.fn.arg_names]
                     assert list(step.args) == params[:len(step.args)]
-                    assert set(step.constexprs) == set(params[len(step.args):])
+                    assert set(step.kernel.constexprs) == set(params[len(step.args):])
                 count += 1
         assert count > 100

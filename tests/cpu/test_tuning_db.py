@@ -8,7 +8,7 @@ import pytest
 from click.testing import CliRunner
 
 from attnpack.archive import read_archive
-from attnpack.build import BuildError
+from attnpack.builder import BuildError
 from attnpack.cli import main
 from attnpack.tune.buckets import gqa_class, seqlen_bucket
 from attnpack.tune.db import TuningDb, dump_db, load_db, problem_key, save_db

@@ -32,7 +32,7 @@ import test_triton_attn_jit as family_check
 
 from attnpack import runtime as rt
 from attnpack.archive import read_archive
-from attnpack.build import BuildRequest, build_archives
+from attnpack.builder import BuildRequest, build_archives
 
 SEQS = (1, 17, 128, 1000, 4096)
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}

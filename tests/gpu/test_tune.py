@@ -13,9 +13,10 @@ WRONG = Path(__file__).parent / "fixtures" / "kernels" / "wrongattn"
 
 
 def test_wrong_kernel_is_rejected_and_the_rest_is_tuned(tmp_path):
-    from attnpack.build import BuildRequest, build_archives
+    from attnpack.builder import BuildRequest, build_archives
     from attnpack.tune.db import load_db
-    from attnpack.tune.runner import TuneKey, tune
+    from attnpack.keys import TuneKey
+    from attnpack.tune.runner import tune
 
     arch = "sm_90" if torch.version.hip is None else None
     if arch is None:
@@ -31,7 +32,7 @@ def test_wrong_kernel_is_rejected_and_the_rest_is_tuned(tmp_path):
     key = TuneKey("fwd", "bf16", 64, False, 1, 1024, 1024)
     out = tmp_path / "sm_90.jsonl"
     db = tune(archive, [key], out, log=print)
-    entry = db.entries[key.db_key]
+    entry = db.entries[key]
     wrong = "wrongattn/fwd/bf16-d64-full/M64_N64_warps4_stages3"
     assert [r["kernel"] for r in entry["rejected"]] == [wrong]
     assert entry["family"] == "triton" and entry["kernel"] != wrong
@@ -40,4 +41,4 @@ def test_wrong_kernel_is_rejected_and_the_rest_is_tuned(tmp_path):
     assert entry["native"]["time_us"] > 0
     # resumable: a second run finds the key measured and keeps it as it is
     again = tune(archive, [key], out, log=print)
-    assert again.entries[key.db_key] == load_db(out).entries[key.db_key] == entry
+    assert again.entries[key] == load_db(out).entries[key] == entry

@@ -17,11 +17,13 @@ import inspect
 
 from triton.experimental.gluon import language as gl
 
+from attnpack.builder.backends.triton import TritonKernel
 from attnpack.family import FamilySpec, FunctionalKey, Step, TensorMap
+from attnpack.targets import TARGETS
 
 from .fwd import attn_fwd_pingpong
 
-SHARED_MEMORY_BYTES = 227 * 1024
+SHARED_MEMORY_BYTES = TARGETS["sm_90"].shared_bytes
 GL_DTYPE = {"fp16": gl.float16, "bf16": gl.bfloat16}
 
 FWD_CONFIGS = (
@@ -74,8 +76,8 @@ def steps(arch: str, op: str, key: FunctionalKey, config) -> tuple[Step, ...]:
         grid = ((("num_sms", 1),), (), ())
     else:
         grid = ((("Sq", 2 * m),), (("B", 1), ("Hq", 1)), ())
-    return (Step(name="fwd", fn=attn_fwd_pingpong, args=args, grid=grid, constexprs=constexprs,
-                 num_warps=4, num_stages=1, tensormaps=maps),)
+    return (Step(name="fwd", args=args, grid=grid, tensormaps=maps,
+                 kernel=TritonKernel(attn_fwd_pingpong, constexprs, num_warps=4, num_stages=1)),)
 
 
 def shared_memory_bytes(head_dim: int, config) -> int:
@@ -99,6 +101,7 @@ def default_config(arch: str, op: str, key: FunctionalKey):
 
 SPEC = FamilySpec(
     name="gluon",
+    backend="triton",
     archs=("sm_90",),
     ops=("fwd",),
     functional={"dtype": ("fp16", "bf16"), "head_dim": (64, 128), "causal": (False, True)},

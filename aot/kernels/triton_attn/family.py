@@ -2,21 +2,25 @@
 
 Functional keys: dtype x head dim x causal. Configs per op are tile sizes, warps and pipeline
 stages. Configs carrying `wpe` (AMD's waves_per_eu occupancy hint) are the AMD ones and are the
-only ones built for gfx942/gfx950; the others (deep cp.async pipelines) only for sm_90. Within a
-vendor, `excluded` drops configs whose tiles do not fit shared memory/LDS or would spill.
+only ones built for AMD targets; the others (deep cp.async pipelines, tuned on sm_90) for
+NVIDIA targets. Within a vendor, `excluded` drops configs whose tiles do not fit the target's
+shared memory/LDS (attnpack.targets) or would spill.
 """
 import inspect
 
 import triton
 import triton.language as tl
 
+from attnpack.builder.backends.triton import TritonKernel
 from attnpack.family import FamilySpec, FunctionalKey, Step, Workspace
+from attnpack.targets import TARGETS
 
 from .bwd import attn_bwd_dkdv, attn_bwd_dq, attn_bwd_preprocess
 from .fwd import attn_fwd
 
-AMD_ARCHS = ("gfx942", "gfx950")
-SHARED_MEMORY_BYTES = {"sm_90": 227 * 1024, "gfx942": 64 * 1024, "gfx950": 160 * 1024}
+# Portable: every target of attnpack.targets, by vendor (a new target needs no edit here).
+ARCHS = tuple(TARGETS)
+AMD_ARCHS = tuple(a for a in ARCHS if TARGETS[a].vendor == "amd")
 PREPROCESS_BLOCK_M = 128
 
 # ---- forward: M = query rows per program, N = KV rows per mainloop step
@@ -85,12 +89,12 @@ def _block_d(head_dim: int) -> int:
 
 def _step(name, kernel, grid, constexprs, arch, config, warps, stages) -> Step:
     args = _runtime_args(kernel)
-    return Step(name=name, fn=kernel, args=args, grid=grid, constexprs=constexprs,
-                num_warps=warps, num_stages=stages,
-                # strides are multiples of 16 elements for every head dim we serve (and for
-                # BSHD views); the runtime checks the promise and falls back otherwise
-                divisible_by_16=tuple(a for a in args if "_stride_" in a),
-                options={"waves_per_eu": config["wpe"]} if arch in AMD_ARCHS else {})
+    return Step(name=name, args=args, grid=grid, kernel=TritonKernel(
+        kernel, constexprs, num_warps=warps, num_stages=stages,
+        # strides are multiples of 16 elements for every head dim we serve (and for BSHD
+        # views); the runtime checks the promise and falls back otherwise
+        divisible_by_16=tuple(a for a in args if "_stride_" in a),
+        options={"waves_per_eu": config["wpe"]} if arch in AMD_ARCHS else {}))
 
 
 def steps(arch: str, op: str, key: FunctionalKey, config) -> tuple[Step, ...]:
@@ -148,14 +152,14 @@ def excluded(arch: str, op: str, key: FunctionalKey, config) -> str | None:
         return "AMD config (waves_per_eu, shallow LDS pipeline); sm_90 has its own"
     if arch in AMD_ARCHS and key.head_dim > _amd_max_head_dim(op, config):
         return f"spills VGPRs above head dim {_amd_max_head_dim(op, config)} on AMD"
-    need, have = shared_memory_bytes(arch, op, key.head_dim, config), SHARED_MEMORY_BYTES[arch]
+    need, have = shared_memory_bytes(arch, op, key.head_dim, config), TARGETS[arch].shared_bytes
     if need > have:
         return f"needs up to {need // 1024} KiB shared memory; {arch} has {have // 1024} KiB"
     if key.head_dim <= 128 and dict(config) in HEAD_DIM_256_ONLY:
         return "a head-dim-256 tile; the larger tiles serve head dim <= 128 (faster on H200)"
     # ptxas spills once accumulator + scores pass ~144 fp32 registers per thread (measured:
     # 128 and 144 clean, 160 and 192 spill hundreds of bytes)
-    if op == "fwd" and arch == "sm_90" and fwd_registers_per_thread(key.head_dim, config) > 144:
+    if op == "fwd" and arch not in AMD_ARCHS and fwd_registers_per_thread(key.head_dim, config) > 144:
         return (f"{fwd_registers_per_thread(key.head_dim, config)} fp32 accumulator/score "
                 "registers per thread would spill on sm_90")
     return None
@@ -169,6 +173,18 @@ def _find(op: str, **fields):
 
 
 def default_config(arch: str, op: str, key: FunctionalKey):
+    """The measured default (`measured_default`) where it fits the target; on a target it was
+    not measured for and does not fit (sm_80's 163 KiB of shared memory at head dim 256), the
+    first declared config of the target's vendor that does."""
+    preferred = measured_default(arch, op, key)
+    if excluded(arch, op, key, preferred) is None:
+        return preferred
+    fitting = [c for c in (FWD_CONFIGS if op == "fwd" else BWD_CONFIGS)
+               if excluded(arch, op, key, c) is None]
+    return fitting[0] if fitting else preferred  # none fits: the build names the exclusion
+
+
+def measured_default(arch: str, op: str, key: FunctionalKey):
     """The bundle's config per functional key before any tuning database exists.
 
     sm_90, measured on H200 (bench/triton_family.py --sweep; docs/triton-family.md):
@@ -207,7 +223,8 @@ def default_config(arch: str, op: str, key: FunctionalKey):
 
 SPEC = FamilySpec(
     name="triton",
-    archs=("sm_90", "gfx942", "gfx950"),
+    backend="triton",
+    archs=ARCHS,
     ops=("fwd", "bwd"),
     functional={"dtype": ("fp16", "bf16"), "head_dim": (32, 64, 96, 128, 256),
                 "causal": (False, True)},
@@ -217,4 +234,7 @@ SPEC = FamilySpec(
     excluded=excluded,
     workspace={"bwd": (Workspace("delta", ("B", "Hq", "Sq")),)},
     provenance={"license": "MIT", "origin": "attnpack (aot/kernels/triton_attn), original code"},
+    # No atomics: every dK/dV tile is owned by one program that walks all of its query heads
+    # and rows, and dQ is a separate kernel (bwd.py).
+    deterministic_backward=True,
 )

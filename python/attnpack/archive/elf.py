@@ -7,10 +7,8 @@ from dataclasses import dataclass, field
 
 import msgpack
 
-EM_CUDA = 190
-EM_AMDGPU = 224
-# EF_AMDGPU_MACH values (LLVM's AMDGPUUsage).
-AMDGPU_MACH = {"gfx942": 0x04C, "gfx950": 0x04F}
+from attnpack.targets import EM_AMDGPU, EM_CUDA, by_elf
+
 NT_AMDGPU_METADATA = 32
 # .nv.info attribute ids (CUDA's EIATTR_*).
 EIATTR_REGCOUNT = 0x2F
@@ -90,7 +88,11 @@ def _nv_attributes(data: bytes, section):
 def _cuda_facts(data: bytes, flags: int, symbol: str) -> KernelFacts:
     sections = _sections(data)
     symbols = _symbol_table(data, sections)
-    facts = KernelFacts("cuda", f"sm_{flags & 0xFF}", set(symbols.values()))
+    # The SM number sits in e_flags' low byte in cubins of ELF ABI version 7 (CUDA's format up
+    # to sm_90); ABI version 8 (sm_100 and newer, CUDA 12.8+) moved it to bits 8..15.
+    sm = (flags >> 8) & 0xFF if data[8] >= 8 else flags & 0xFF
+    known = by_elf(EM_CUDA, sm)
+    facts = KernelFacts("cuda", known.arch if known else f"sm_{sm}", set(symbols.values()))
     info = next((s for s in sections if s[0] == f".nv.info.{symbol}"), None)
     if info is None:
         raise ElfError(f"no .nv.info.{symbol} section (is '{symbol}' the entry point?)")
@@ -137,9 +139,9 @@ def amdgpu_kernel_metadata(data: bytes, symbol: str) -> dict:
 
 def _amdgpu_facts(data: bytes, flags: int, symbol: str) -> KernelFacts:
     sections = _sections(data)
-    mach = flags & 0xFF
-    arch = next((a for a, m in AMDGPU_MACH.items() if m == mach), f"gfx-unknown-0x{mach:x}")
-    facts = KernelFacts("amdgpu", arch, set(_symbol_table(data, sections).values()))
+    mach = flags & 0xFF  # EF_AMDGPU_MACH (LLVM's AMDGPUUsage)
+    known = by_elf(EM_AMDGPU, mach)
+    facts = KernelFacts("amdgpu", known.arch if known else f"gfx-unknown-0x{mach:x}", set(_symbol_table(data, sections).values()))
     k = amdgpu_kernel_metadata(data, symbol)
     facts.params = [(a[".offset"], a[".size"]) for a in k[".args"]
                     if not a[".value_kind"].startswith("hidden_")]

@@ -7,13 +7,14 @@ from pathlib import Path
 import msgpack
 
 MAGIC = b"ATTNPACK"
-FORMAT_MAJOR = 1
+# 2.0: launch parameters carry their byte offsets; the meta carries the target row;
+# families carry their policy and kernels whether they are deterministic.
+FORMAT_MAJOR = 2
 FORMAT_MINOR = 0
 # magic, major, minor, meta size, sha256(meta)
 PREAMBLE = struct.Struct("<8sHHI32s")
 ZSTD_LEVEL = 19
 SUFFIX = ".apk"
-IMAGE_KINDS = {"cubin", "hsaco"}
 
 
 class ArchiveError(Exception):

@@ -2,16 +2,19 @@
 from __future__ import annotations
 
 from attnpack.archive.reader import Archive
+from attnpack.targets import TARGETS
 
 
 def summarize(ar: Archive) -> dict:
     images = ar.index["images"]
+    row = TARGETS.get(ar.arch)
     rows = []
     for k in ar.kernels:
         image_ids = sorted({s["image"] for s in k["steps"]})
         rows.append({
             "name": k["name"], "family": k["family"], "op": k["op"], **k["key"],
-            "config": k["config"], "steps": [s["name"] for s in k["steps"]],
+            "config": k["config"], "deterministic": k["deterministic"],
+            "steps": [s["name"] for s in k["steps"]],
             "shared": max(s["shared"] for s in k["steps"]),
             "threads": max(s["block"][0] for s in k["steps"]),
             "raw_bytes": sum(images[i]["raw_size"] for i in image_ids),
@@ -22,6 +25,8 @@ def summarize(ar: Archive) -> dict:
     return {
         "file": ar.path.name, "file_bytes": ar.path.stat().st_size,
         "format": f"{ar.format_version[0]}.{ar.format_version[1]}", "arch": ar.arch,
+        "target": {**ar.target, "gpus": row.gpus if row else "?",
+                   "verified": row.verified if row else "unknown to this attnpack"},
         "bundle_version": ar.meta["bundle_version"], "compilers": ar.meta["compilers"],
         "kernels": rows, "images": len(images), "raw_image_bytes": raw,
         "compressed_image_bytes": packed, "compression_ratio": round(raw / packed, 2) if packed else 0,
@@ -37,15 +42,23 @@ def render(summary: dict) -> str:
              f"built with {compilers}",
              f"{len(s['kernels'])} kernels, {s['images']} images, "
              f"{s['raw_image_bytes'] / 1024:.0f} KiB raw -> {s['compressed_image_bytes'] / 1024:.0f} KiB "
-             f"zstd ({s['compression_ratio']}x), file {s['file_bytes'] / 1024:.0f} KiB", ""]
+             f"zstd ({s['compression_ratio']}x), file {s['file_bytes'] / 1024:.0f} KiB",
+             f"target {s['arch']} ({s['target']['gpus']}, {s['target']['vendor']}): "
+             f"{s['target']['verified']}"]
+    for name, fam in sorted(s["families"].items()):
+        prov = fam["provenance"]
+        lines.append(f"family {name}: {fam['backend']} backend, default priority "
+                     f"{fam['priority']}, {prov['license']} licence, {prov['origin']}")
+    lines.append("")
     selected = {sel["kernel"] for sel in s["selection"]}
     header = f"{'family':8} {'op':4} {'dtype':5} {'hd':>4} {'causal':6} {'steps':>5} " \
-             f"{'smem':>7} {'KiB':>6} {'zKiB':>6} sel  config"
+             f"{'smem':>7} {'KiB':>6} {'zKiB':>6} sel det config"
     lines.append(header)
     for r in s["kernels"]:
         cfg = " ".join(f"{k}={v}" for k, v in r["config"].items())
         lines.append(f"{r['family']:8} {r['op']:4} {r['dtype']:5} {r['head_dim']:>4} "
                      f"{str(r['causal']):6} {len(r['steps']):>5} {r['shared']:>7} "
                      f"{r['raw_bytes'] / 1024:>6.1f} {r['compressed_bytes'] / 1024:>6.1f} "
-                     f"{'*' if r['name'] in selected else ' ':3}  {cfg}")
+                     f"{'*' if r['name'] in selected else ' ':3} {'yes' if r['deterministic'] else 'no':3} "
+                     f"{cfg}")
     return "\n".join(lines)

@@ -9,7 +9,7 @@ import zstandard
 
 from attnpack.archive.format import (FORMAT_MAJOR, FORMAT_MINOR, MAGIC, PREAMBLE, ArchiveError,
                                      unpack)
-from attnpack.family import KNOWN_ARCHS
+from attnpack.targets import VENDORS
 
 
 @dataclass
@@ -23,6 +23,11 @@ class Archive:
     @property
     def arch(self) -> str:
         return self.meta["arch"]
+
+    @property
+    def target(self) -> dict:
+        """The target facts the archive carries (vendor, image kind, wave size, shared bytes)."""
+        return self.meta["target"]
 
     @property
     def kernels(self) -> list[dict]:
@@ -79,9 +84,11 @@ def read_archive(path: Path | str) -> Archive:
     if hashlib.sha256(meta_bytes).digest() != meta_sha:
         raise ArchiveError(path, "meta map fails its sha256 check (corrupt header)")
     meta = unpack(meta_bytes)
-    if meta.get("arch") not in KNOWN_ARCHS:
-        raise ArchiveError(path, f"targets unknown arch {meta.get('arch')!r} "
-                                 f"(known: {', '.join(KNOWN_ARCHS)})")
+    vendor = (meta.get("target") or {}).get("vendor") if isinstance(meta, dict) else None
+    if not isinstance(meta.get("arch"), str) or vendor not in VENDORS:
+        raise ArchiveError(path, f"targets arch {meta.get('arch')!r} of vendor {vendor!r}; this "
+                                 f"attnpack knows vendors {', '.join(VENDORS)}",
+                           "update attnpack or rebuild the bundle")
     index_bytes = _section(path, data, meta["index_offset"], meta["index_size"], "the index")
     if hashlib.sha256(index_bytes).digest() != meta["index_sha256"]:
         raise ArchiveError(path, "index fails its sha256 check (corrupt index)")

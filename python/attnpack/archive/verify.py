@@ -11,15 +11,8 @@ from attnpack import abi
 from attnpack.archive.elf import ElfError, kernel_facts
 from attnpack.archive.format import ArchiveError
 from attnpack.archive.reader import Archive, read_archive
-
-PARAM_SIZE = {t: size for t, (size, _align) in abi.WIRE_LAYOUT.items()}
-# Per-arch resource ceilings: shared memory / LDS per block, registers, threads per block.
-LIMITS = {
-    "sm_90": {"shared": 232448, "registers": 255, "threads": 1024},
-    "gfx942": {"shared": 65536, "vgpr": 512, "threads": 1024},
-    "gfx950": {"shared": 163840, "vgpr": 512, "threads": 1024},
-}
-IMAGE_KIND = {"sm_90": "cubin", "gfx942": "hsaco", "gfx950": "hsaco"}
+from attnpack.keys import FunctionalKey, KernelName
+from attnpack.targets import UnknownTarget, target
 
 
 def _check_index(ar: Archive) -> list[str]:
@@ -29,14 +22,22 @@ def _check_index(ar: Archive) -> list[str]:
     names = [k["name"] for k in ar.kernels]
     if len(set(names)) != len(names):
         problems.append("index: duplicate kernel names")
-    if not ar.meta.get("compilers", {}).get("triton"):
-        problems.append("meta: the triton compiler version is not recorded")
+    problems += _check_families(ar)
     for k in ar.kernels:
         where = f"kernel {k['name']}"
         key = k["key"]
-        tag = f"{key['dtype']}-d{key['head_dim']}-{'causal' if key['causal'] else 'full'}"
-        if not k["name"].startswith(f"{k['family']}/{k['op']}/{tag}/"):
-            problems.append(f"{where}: name disagrees with its family/op/key ({tag})")
+        try:
+            name = KernelName.parse(k["name"])
+        except ValueError as e:
+            problems.append(f"{where}: {e}")
+        else:
+            if (name.family, name.op, name.key) != (k["family"], k["op"], FunctionalKey.of(key)):
+                problems.append(f"{where}: name disagrees with its family/op/key "
+                                f"({FunctionalKey.of(key).tag})")
+        if k["family"] not in ar.index.get("families", {}):
+            problems.append(f"{where}: family {k['family']} has no entry in `families`")
+        if not isinstance(k.get("deterministic"), bool):
+            problems.append(f"{where}: `deterministic` is not a boolean")
         if key["dtype"] not in abi.DTYPES:
             problems.append(f"{where}: dtype {key['dtype']!r} is not one of {abi.DTYPES}")
         ws = tuple(w["name"] for w in k["workspace"])
@@ -56,16 +57,7 @@ def _check_index(ar: Archive) -> list[str]:
                 problems.append(f"{here}: symbol {s['symbol']} differs from its image's "
                                 f"{images[s['image']]['symbol']}")
             problems += [f"{here}: {p}" for p in _check_tensormaps(s)]
-            for word, typ, _div in s["params"]:
-                if typ == "tensormap":
-                    continue  # checked with its expansion above
-                try:
-                    expect = abi.param_type(word, ws)
-                except KeyError as e:
-                    problems.append(f"{here}: {e.args[0]}")
-                    continue
-                if expect != typ:
-                    problems.append(f"{here}: param {word} has type {typ}, vocabulary says {expect}")
+            problems += [f"{here}: {p}" for p in _check_params(s, ws)]
             for dim in s["grid"]:
                 for var, div in dim:
                     if var not in abi.GRID_VARS or div < 1:
@@ -75,17 +67,72 @@ def _check_index(ar: Archive) -> list[str]:
             problems.append(f"index: image {i} ({images[i]['symbol']}) is used by no kernel")
     by_name = {k["name"]: k for k in ar.kernels}
     tables = [("selection", e, "") for e in ar.index["selection"]]
-    tables += [("tuning", e, f" sq{e['sq']} sk{e['sk']}")
+    tables += [("tuning", e, f" gqa{e['gqa']} sq{e['sq']} sk{e['sk']}")
                for e in ar.index.get("tuning", {}).get("entries", [])]
     # Both tables map a key to a kernel, which must exist and serve exactly that key.
     for table, entry, buckets in tables:
-        label = f"{table}: entry {entry['op']} {entry['dtype']} d{entry['head_dim']}{buckets}"
+        label = f"{table}: entry {entry['op']} {FunctionalKey.of(entry).text}{buckets}"
         k = by_name.get(entry["kernel"])
         if k is None:
             problems.append(f"{label} names missing kernel {entry['kernel']}")
         elif k["op"] != entry["op"] or any(k["key"][f] != entry[f]
                                            for f in ("dtype", "head_dim", "causal")):
             problems.append(f"{label} points at {entry['kernel']}, whose key differs")
+    return problems
+
+
+def _check_families(ar: Archive) -> list[str]:
+    """Each family's policy is complete, and the compilers its backend used are recorded."""
+    problems = []
+    for name, fam in ar.index.get("families", {}).items():
+        where = f"families: {name}"
+        if not isinstance(fam.get("priority"), int):
+            problems.append(f"{where}: no integer priority")
+        if not isinstance(fam.get("backend"), str):
+            problems.append(f"{where}: no backend")
+        prov = fam.get("provenance", {})
+        missing = [k for k in ("license", "origin") if not prov.get(k)]
+        if missing:
+            problems.append(f"{where}: provenance lacks {missing}")
+        for c in fam.get("compilers", []):
+            if not ar.meta.get("compilers", {}).get(c):
+                problems.append(f"meta: the {c} compiler version is not recorded "
+                                f"(family {name} is built with it)")
+    return problems
+
+
+def _check_params(step: dict, ws: tuple[str, ...]) -> list[str]:
+    """Each parameter is [word, type, divisibility, offset]: a word of the vocabulary (or the
+    kernel's workspace, or a tensor map), a wire type the word may take, and an offset inside
+    the argument segment that overlaps no other parameter."""
+    problems, spans = [], []
+    for param in step["params"]:
+        if len(param) != 4:
+            problems.append(f"param {param} is not [word, type, divisibility, offset]")
+            continue
+        word, typ, div, offset = param
+        if typ not in abi.WIRE_SIZE:
+            problems.append(f"param {word} has unknown wire type {typ!r}")
+            continue
+        if div < 1 or div & (div - 1):
+            problems.append(f"param {word} has divisibility {div}, not a power of two")
+        spans.append((offset, offset + abi.WIRE_SIZE[typ], word))
+        if typ == "tensormap":
+            continue  # checked with its expansion in _check_tensormaps
+        try:
+            allowed = abi.param_types(word, ws)
+        except KeyError as e:
+            problems.append(e.args[0])
+            continue
+        if typ not in allowed:
+            problems.append(f"param {word} has type {typ}, the vocabulary allows {allowed}")
+    spans.sort()
+    for (a0, a1, aw), (b0, _, bw) in zip(spans, spans[1:]):
+        if a1 > b0:
+            problems.append(f"params {aw} and {bw} overlap at byte {b0}")
+    if spans and spans[-1][1] > step["kernarg_size"]:
+        problems.append(f"param {spans[-1][2]} ends at byte {spans[-1][1]}, past the "
+                        f"{step['kernarg_size']}-byte argument segment")
     return problems
 
 
@@ -130,8 +177,9 @@ def _check_image(ar: Archive, i: int, steps: list[dict], warnings: list[str]) ->
         raw = ar.image(i)
     except ArchiveError as e:
         return [f"{where}: {e.problem}"]
-    if rec["kind"] != IMAGE_KIND[ar.arch]:
-        return [f"{where}: is a {rec['kind']}, a {ar.arch} archive holds {IMAGE_KIND[ar.arch]}"]
+    kind = ar.target["image_kind"]
+    if rec["kind"] != kind:
+        return [f"{where}: is a {rec['kind']}, a {ar.arch} archive holds {kind}"]
     try:
         facts = kernel_facts(raw, rec["symbol"])
     except ElfError as e:
@@ -141,7 +189,7 @@ def _check_image(ar: Archive, i: int, steps: list[dict], warnings: list[str]) ->
         problems.append(f"{where}: ELF is built for {facts.arch}, the archive targets {ar.arch}")
     if rec["symbol"] not in facts.symbols:
         problems.append(f"{where}: entry symbol missing from the ELF symbol table")
-    limits = LIMITS[ar.arch]
+    t = target(ar.arch)
     res = facts.resources
     if facts.machine == "cuda":
         # Spilled registers live in the per-thread stack frame (local memory): slower, still
@@ -149,8 +197,8 @@ def _check_image(ar: Archive, i: int, steps: list[dict], warnings: list[str]) ->
         stack = max(res.get("stack_bytes", 0), res.get("local_bytes", 0))
         if stack:
             warnings.append(f"{where}: {stack}-byte stack frame (register spills to local memory)")
-        if res.get("registers", 0) > limits["registers"]:
-            problems.append(f"{where}: {res['registers']} registers > {limits['registers']}")
+        if res.get("registers", 0) > t.max_registers:
+            problems.append(f"{where}: {res['registers']} registers > {t.max_registers}")
     else:
         # VGPR spills and scratch go to memory; AMD targets are never run here, so they fail.
         if res["vgpr_spills"] or res["scratch_bytes"]:
@@ -160,32 +208,26 @@ def _check_image(ar: Archive, i: int, steps: list[dict], warnings: list[str]) ->
         if res["sgpr_spills"]:
             warnings.append(f"{where}: {res['sgpr_spills']} SGPRs spilled to VGPR lanes "
                             f"({res['sgpr']} SGPRs in use)")
-        if res["vgpr"] + res["agpr"] > limits["vgpr"]:
-            problems.append(f"{where}: {res['vgpr']}+{res['agpr']} VGPR/AGPR > {limits['vgpr']}")
-        if res["wavefront_size"] != 64:
-            problems.append(f"{where}: wavefront size {res['wavefront_size']}, expected 64")
+        if res["vgpr"] + res["agpr"] > t.max_registers:
+            problems.append(f"{where}: {res['vgpr']}+{res['agpr']} VGPR/AGPR > {t.max_registers}")
+        if res["wavefront_size"] != t.wave_size:
+            problems.append(f"{where}: wavefront size {res['wavefront_size']}, expected "
+                            f"{t.wave_size}")
     for s in steps:
-        sizes = [PARAM_SIZE[t] for _, t, _ in s["params"]]
-        if [size for _, size in facts.params] != sizes:
-            problems.append(f"{where}: ELF parameters {[sz for _, sz in facts.params]} bytes "
-                            f"disagree with the launch spec's {sizes}")
-        elif facts.machine == "cuda":
-            if facts.param_base not in (None, abi.CUDA_PARAM_BASE):
-                problems.append(f"{where}: parameters start at constant-bank offset "
-                                f"{facts.param_base:#x}, the launch layout assumes "
-                                f"{abi.CUDA_PARAM_BASE:#x}")
-            # The offsets too: a descriptor's .align 64 is where a wrong layout model shows.
-            offsets, _ = abi.kernarg_layout([t for _, t, _ in s["params"]], ar.arch)
-            if [off for off, _ in facts.params] != offsets:
-                problems.append(f"{where}: ELF parameter offsets {[o for o, _ in facts.params]} "
-                                f"disagree with the launch layout's {offsets}")
+        spec = [(p[3], abi.WIRE_SIZE.get(p[1], 0)) for p in s["params"] if len(p) == 4]
+        # CUDA launches with one pointer per parameter, in order, so the list must be the
+        # image's, whole; an AMD object that lists its arguments must list exactly these. An
+        # object that lists none (hand-written assembly) is checked by its segment size.
+        if (facts.machine == "cuda" or facts.params) and spec != facts.params:
+            problems.append(f"{where}: ELF parameters (offset, size) {facts.params} disagree "
+                            f"with the launch spec's {spec}")
         if facts.kernarg_size != s["kernarg_size"]:
             problems.append(f"{where}: ELF kernarg size {facts.kernarg_size} != launch spec "
                             f"{s['kernarg_size']}")
-        if s["shared"] > limits["shared"]:
-            problems.append(f"{where}: {s['shared']} bytes of shared memory > {limits['shared']}")
-        if s["block"][0] > limits["threads"]:
-            problems.append(f"{where}: {s['block'][0]} threads per block > {limits['threads']}")
+        if s["shared"] > t.shared_bytes:
+            problems.append(f"{where}: {s['shared']} bytes of shared memory > {t.shared_bytes}")
+        if s["block"][0] > t.max_threads:
+            problems.append(f"{where}: {s['block'][0]} threads per block > {t.max_threads}")
     return problems
 
 
@@ -196,6 +238,13 @@ def verify_archive(path: Path | str) -> tuple[Archive | None, list[str], list[st
         ar = read_archive(path)
     except ArchiveError as e:
         return None, [str(e)], []
+    try:
+        row = target(ar.arch)
+    except UnknownTarget as e:
+        return ar, [f"{name}: {e}"], []
+    if ar.target != row.meta():
+        return ar, [f"{name}: meta target {ar.target} differs from the targets table's "
+                    f"{row.meta()} for {ar.arch}"], []
     problems, warnings = _check_index(ar), []
     steps_by_image: dict[int, list[dict]] = {}
     for k in ar.kernels:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import zstandard
 
-from attnpack.archive.format import (FORMAT_MAJOR, FORMAT_MINOR, IMAGE_KINDS, MAGIC, PREAMBLE,
+from attnpack.archive.format import (FORMAT_MAJOR, FORMAT_MINOR, MAGIC, PREAMBLE,
                                      ZSTD_LEVEL, pack)
 
 
@@ -20,7 +20,8 @@ class Image:
     raw: bytes
 
 
-def write_archive(path: Path, *, arch: str, bundle_version: str, compilers: dict[str, str],
+def write_archive(path: Path, *, arch: str, target: dict, bundle_version: str,
+                  compilers: dict[str, str],
                   images: list[Image], kernels: list[dict], selection: list[dict],
                   families: dict[str, dict], tuning: dict | None = None) -> Path:
     """Write atomically: a temporary file in the same folder, then rename over `path`.
@@ -42,8 +43,9 @@ def write_archive(path: Path, *, arch: str, bundle_version: str, compilers: dict
             raise ValueError(f"{path.name}: tuning entry names kernel {entry['kernel']!r}, "
                              "which is not in the archive")
     for image in images:
-        if image.kind not in IMAGE_KINDS or not image.raw:
-            raise ValueError(f"{path.name}: image {image.symbol!r} is empty or of kind {image.kind!r}")
+        if image.kind != target["image_kind"] or not image.raw:
+            raise ValueError(f"{path.name}: image {image.symbol!r} is empty or a {image.kind!r}; "
+                             f"a {arch} archive holds {target['image_kind']} images")
 
     compressor = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_checksum=False,
                                           write_content_size=True)
@@ -63,7 +65,8 @@ def write_archive(path: Path, *, arch: str, bundle_version: str, compilers: dict
                   "families": families,
                   "tuning": tuning})
     # The meta's own size depends on the offsets it records; settle it in two passes.
-    meta_fields = {"arch": arch, "bundle_version": bundle_version, "compilers": compilers,
+    meta_fields = {"arch": arch, "target": target, "bundle_version": bundle_version,
+                   "compilers": compilers,
                    "index_sha256": hashlib.sha256(index).digest(), "index_size": len(index)}
     meta = b""
     for _ in range(3):

@@ -17,10 +17,11 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from attnpack.keys import TUNE_FIELDS as KEY_FIELDS
+from attnpack.keys import TuneKey
 from attnpack.tune.buckets import GQA_BOUNDS, SEQLEN_BOUNDS, gqa_class, seqlen_bucket
 
-KEY_FIELDS = ("op", "dtype", "head_dim", "causal", "gqa", "sq", "sk")
-Key = tuple
+Key = TuneKey
 
 
 class DbError(ValueError):
@@ -28,18 +29,13 @@ class DbError(ValueError):
 
 
 def entry_key(entry: dict) -> Key:
-    return tuple(entry[f] for f in KEY_FIELDS)
+    return TuneKey.of(entry)
 
 
 def problem_key(op: str, dtype: str, head_dim: int, causal: bool, hq: int, hkv: int,
                 sq: int, sk: int) -> Key:
-    return (op, dtype, head_dim, bool(causal), gqa_class(hq, hkv), seqlen_bucket(sq),
-            seqlen_bucket(sk))
-
-
-def key_text(key: Key) -> str:
-    op, dtype, hd, causal, gqa, sq, sk = key
-    return f"{op} {dtype} d{hd} {'causal' if causal else 'full'} gqa{gqa} sq{sq} sk{sk}"
+    return TuneKey(op, dtype, head_dim, bool(causal), gqa_class(hq, hkv), seqlen_bucket(sq),
+                   seqlen_bucket(sk))
 
 
 @dataclass
@@ -80,7 +76,7 @@ def load_db(path: Path | str) -> TuningDb:
         for n, line in enumerate(lines[1:], start=2):
             entry = json.loads(line)
             if entry_key(entry) in db.entries:
-                raise DbError(f"{path}:{n}: duplicate key {key_text(entry_key(entry))}")
+                raise DbError(f"{path}:{n}: duplicate key {entry_key(entry).text}")
             db.put(entry)
     except (json.JSONDecodeError, KeyError, TypeError) as e:
         raise DbError(f"{path}: malformed ({e}); regenerate it with `attnpack tune`") from None
@@ -110,7 +106,7 @@ def diff_dbs(old: TuningDb, new: TuningDb) -> list[dict]:
         change = "added" if a is None else "removed" if b is None else (
             "family" if a["family"] != b["family"] else "kernel")
         ta, tb = (a or {}).get("time_us"), (b or {}).get("time_us")
-        rows.append({"key": key_text(key), "change": change,
+        rows.append({"key": key.text, "change": change,
                      "old": a and a["kernel"], "new": b and b["kernel"],
                      "old_us": ta, "new_us": tb,
                      "speedup": round(ta / tb, 3) if ta and tb else None})
@@ -152,20 +148,16 @@ def render_show(db: TuningDb) -> str:
 
 
 def seed_untuned(arch: str, keys, families: dict) -> TuningDb:
-    """A database for a GPU nobody has measured: each key gets the kernel its family documents
-    as the default for that functional key (families in name order; the first that declares
-    the key wins), and the provenance says `untuned`. `attnpack tune` on the real GPU replaces
-    it entry by entry."""
-    from attnpack.family import FunctionalKey
+    """A database for a GPU nobody has measured: each key gets the kernel that serves it before
+    tuning, by the builder's own rule (`attnpack.family.default_variants`: the lowest-priority
+    family that declares the functional key and serves the bucket), and the provenance says
+    `untuned`.
+    `attnpack tune` on the real GPU replaces it entry by entry."""
+    from attnpack.family import default_variants
     db = TuningDb(arch, {"status": "untuned", "gpu": "none (not measured)",
                          "note": "per-functional family defaults; re-run attnpack tune on the GPU"})
     for key in keys:
-        fk = FunctionalKey(key.dtype, key.head_dim, key.causal)
-        for name, fam in sorted(families.items()):
-            if arch in fam.archs and key.op in fam.ops and fk in fam.keys():
-                variant = fam.variant(arch, key.op, fk, fam.default_config(arch, key.op, fk))
-                db.put({"op": key.op, "dtype": key.dtype, "head_dim": key.head_dim,
-                        "causal": key.causal, "gqa": key.gqa, "sq": key.sq, "sk": key.sk,
-                        "family": name, "kernel": variant.name})
-                break
+        variant = default_variants(arch, families, tune_key=key).get((key.op, key.functional))
+        if variant is not None:
+            db.put({**key.as_dict(), "family": variant.family, "kernel": variant.name})
     return db

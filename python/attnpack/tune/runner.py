@@ -19,12 +19,12 @@ import datetime
 import math
 import statistics
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
 from attnpack.tune.buckets import SEQLEN_BOUNDS, seqlen_bucket
-from attnpack.tune.db import TuningDb, key_text, load_db, save_db
+from attnpack.keys import TuneKey
+from attnpack.tune.db import TuningDb, load_db, save_db
 
 REJECT_FACTOR = 3.0
 ERROR_FLOOR = {"bf16": 4e-3, "fp16": 5e-4}    # no candidate is rejected below these errors
@@ -34,21 +34,6 @@ REPS, WARMUP = 20, 5
 L2_FLUSH_BYTES = 256 << 20
 MAX_GRID_Y = 65535
 TIMED_BYTES = 8 << 30
-
-
-@dataclass(frozen=True)
-class TuneKey:
-    op: str
-    dtype: str
-    head_dim: int
-    causal: bool
-    gqa: int
-    sq: int
-    sk: int
-
-    @property
-    def db_key(self) -> tuple:
-        return (self.op, self.dtype, self.head_dim, self.causal, self.gqa, self.sq, self.sk)
 
 
 STANDARD_PAIRS = tuple((s, s) for s in SEQLEN_BOUNDS) + ((128, 4096), (1024, 8192), (4096, 1024))
@@ -95,8 +80,7 @@ def timing_shape(key: TuneKey) -> tuple[int, int, int, int, int, int]:
 
 def candidates(archive_index: dict, key: TuneKey) -> list[dict]:
     return [k for k in archive_index["kernels"]
-            if k["op"] == key.op and k["key"] == {"dtype": key.dtype, "head_dim": key.head_dim,
-                                                  "causal": key.causal}]
+            if k["op"] == key.op and k["key"] == key.functional.as_dict()]
 
 
 class Bench:
@@ -255,8 +239,8 @@ def tune(archive_path: Path, keys: Iterable[TuneKey], out_path: Path,
     deadline = time.monotonic() + 60 * minutes if minutes else None
     with runtime.Bundle(archive_path) as bundle:
         for n, key in enumerate(keys):
-            advance(key_text(key.db_key))
-            if key.db_key in db.entries:
+            advance(key.text)
+            if key in db.entries:
                 continue  # measured by an earlier, interrupted run
             if deadline is not None and time.monotonic() > deadline:
                 log(f"time budget of {minutes} min spent: {len(keys) - n} key(s) left for a re-run")
@@ -273,7 +257,7 @@ def tune(archive_path: Path, keys: Iterable[TuneKey], out_path: Path,
 def tune_key(torch, runtime, bundle, bench: Bench, index: dict, key: TuneKey, log) -> dict | None:
     cands = candidates(index, key)
     if not cands:
-        log(f"skip {key_text(key.db_key)}: the archive has no {key.op} kernel for this key")
+        log(f"skip {key.text}: the archive has no {key.op} kernel for this key")
         return None
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}[key.dtype]
     scale = 1.0 / math.sqrt(key.head_dim)
@@ -292,7 +276,7 @@ def tune_key(torch, runtime, bundle, bench: Bench, index: dict, key: TuneKey, lo
             log(f"  {c['name']}: {e}")
     finite = [e for e in errors.values() if math.isfinite(e)]
     if not finite:
-        log(f"skip {key_text(key.db_key)}: no candidate is correct")
+        log(f"skip {key.text}: no candidate is correct")
         return None
     bound = max(REJECT_FACTOR * min(finite), ERROR_FLOOR[key.dtype])
     rejected = [{"kernel": n, "error": (e if math.isfinite(e) else "nan/inf"), "bound": bound}
@@ -311,7 +295,7 @@ def tune_key(torch, runtime, bundle, bench: Bench, index: dict, key: TuneKey, lo
             rejected.append({"kernel": n, "error": f"at the timing shape: {e}", "bound": bound})
             log(f"  {n}: {e}")
     if not times:
-        log(f"skip {key_text(key.db_key)}: no candidate runs the timing shape")
+        log(f"skip {key.text}: no candidate runs the timing shape")
         return None
     best = min(times, key=times.get)
     # 5: PyTorch's own backends on the same shape
@@ -329,7 +313,7 @@ def tune_key(torch, runtime, bundle, bench: Bench, index: dict, key: TuneKey, lo
         backend = min(natives, key=natives.get)
         entry["native"] = {"backend": backend, "time_us": round(natives[backend], 2),
                            "all_us": {n: round(t, 2) for n, t in sorted(natives.items())}}
-    log(f"{key_text(key.db_key)}: {best} {times[best]:.1f} us "
+    log(f"{key.text}: {best} {times[best]:.1f} us "
         f"({entry['tflops']} TFLOP/s)" + (f", native {entry['native']['backend']} "
                                           f"{entry['native']['time_us']:.1f} us" if natives else "")
         + (f", rejected {len(rejected)}" if rejected else ""))

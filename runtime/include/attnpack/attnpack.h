@@ -115,6 +115,12 @@ ATTNPACK_API attnpack_status attnpack_bundle_info_get(const attnpack_bundle* bun
 /* Inflates every image and checks its sha256, with no driver (what a first load checks). */
 ATTNPACK_API attnpack_status attnpack_verify_images(attnpack_bundle* bundle);
 
+/* Everything the runtime can check with no driver: every kernel's launch spec is one this
+ * runtime can launch (ATTNPACK_STATUS_BAD_LAUNCH_SPEC naming the first kernel that is not, and
+ * why; open() keeps such kernels out of selection instead of refusing the archive), then every
+ * image as attnpack_verify_images. */
+ATTNPACK_API attnpack_status attnpack_verify(attnpack_bundle* bundle);
+
 /* The raw (inflated, sha256-checked) image that step `step` of kernel `kernel` runs: exactly
  * the bytes a first load hands to the driver. Copies up to `capacity` bytes; *size receives
  * the image size. */
@@ -159,6 +165,13 @@ typedef struct attnpack_kernel_info {
   uint32_t num_steps;
   const char* name;   /* "triton/fwd/bf16-d128-causal/BM128_BN64_w8_s3"; lives until close */
   const char* family; /* "triton" */
+  /* Version 2: the family's declared policy (docs/ARCHIVE.md, `families`), filled when
+   * struct_size covers it. */
+  int32_t deterministic; /* 1: bitwise-equal outputs for equal inputs (no atomics races) */
+  uint32_t priority;     /* default-serving rank before tuning: the lowest serves a key */
+  const char* backend;   /* "triton", "prebuilt", ...: how the family's images were made */
+  const char* license;   /* "MIT", ... */
+  const char* origin;    /* where the kernels come from */
 } attnpack_kernel_info;
 
 /* Which kernel serves `problem`: the one problem->kernel names, if set; else the archive's

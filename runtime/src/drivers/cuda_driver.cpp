@@ -1,7 +1,6 @@
 // The CUDA driver API through dlopen("libcuda.so.1").
 #include <cstring>
 #include <mutex>
-#include <type_traits>
 #include <string>
 
 #include "../driver.hpp"
@@ -22,34 +21,29 @@ class CudaDriver final : public Driver {
       unusable_status_ = ATTNPACK_STATUS_NO_DRIVER;
       return;
     }
-    bool complete = true;
-    auto need = [&](auto& function, const char* name) {
-      function = library_.symbol<std::remove_reference_t<decltype(function)>>(name);
-      if (!function && complete) {
-        complete = false;
-        unusable_ = "no usable CUDA driver: " + library_.name() + " lacks " + name;
-        unusable_status_ = ATTNPACK_STATUS_NO_DRIVER;
-      }
-    };
-    need(init_, "cuInit");
-    need(get_error_name_, "cuGetErrorName");
-    need(get_error_string_, "cuGetErrorString");
-    need(device_get_count_, "cuDeviceGetCount");
-    need(device_get_, "cuDeviceGet");
-    need(device_get_name_, "cuDeviceGetName");
-    need(device_get_attribute_, "cuDeviceGetAttribute");
-    need(ctx_get_current_, "cuCtxGetCurrent");
-    need(ctx_set_current_, "cuCtxSetCurrent");
-    need(ctx_get_device_, "cuCtxGetDevice");
-    need(ctx_push_, "cuCtxPushCurrent_v2");
-    need(ctx_pop_, "cuCtxPopCurrent_v2");
-    need(primary_ctx_retain_, "cuDevicePrimaryCtxRetain");
-    need(module_load_data_, "cuModuleLoadData");
-    need(module_unload_, "cuModuleUnload");
-    need(module_get_function_, "cuModuleGetFunction");
-    need(func_set_attribute_, "cuFuncSetAttribute");
-    need(launch_kernel_, "cuLaunchKernel");
-    if (!complete) return;
+    library_.require(init_, "cuInit");
+    library_.require(get_error_name_, "cuGetErrorName");
+    library_.require(get_error_string_, "cuGetErrorString");
+    library_.require(device_get_count_, "cuDeviceGetCount");
+    library_.require(device_get_, "cuDeviceGet");
+    library_.require(device_get_name_, "cuDeviceGetName");
+    library_.require(device_get_attribute_, "cuDeviceGetAttribute");
+    library_.require(ctx_get_current_, "cuCtxGetCurrent");
+    library_.require(ctx_set_current_, "cuCtxSetCurrent");
+    library_.require(ctx_get_device_, "cuCtxGetDevice");
+    library_.require(ctx_push_, "cuCtxPushCurrent_v2");
+    library_.require(ctx_pop_, "cuCtxPopCurrent_v2");
+    library_.require(primary_ctx_retain_, "cuDevicePrimaryCtxRetain");
+    library_.require(module_load_data_, "cuModuleLoadData");
+    library_.require(module_unload_, "cuModuleUnload");
+    library_.require(module_get_function_, "cuModuleGetFunction");
+    library_.require(func_set_attribute_, "cuFuncSetAttribute");
+    library_.require(launch_kernel_, "cuLaunchKernel");
+    if (!library_.missing().empty()) {
+      unusable_ = "no usable CUDA driver: " + library_.name() + " lacks " + library_.missing();
+      unusable_status_ = ATTNPACK_STATUS_NO_DRIVER;
+      return;
+    }
     // Optional: clusters (CUDA 12) and host tensor maps (CUDA 12); checked when used.
     launch_kernel_ex_ = library_.symbol<decltype(launch_kernel_ex_)>("cuLaunchKernelEx");
     tensor_map_encode_tiled_ =

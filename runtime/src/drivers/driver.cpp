@@ -1,12 +1,10 @@
-// Which driver serves an arch, and what the current device is.
+// Which driver serves a vendor, and what the current device is.
 #include "../driver.hpp"
 #include "../error.hpp"
 
 namespace attnpack {
 
-Driver& driver_for_arch(const std::string& arch) {
-  return arch.rfind("gfx", 0) == 0 ? hip_driver() : cuda_driver();
-}
+Driver& driver_for(Vendor vendor) { return vendor == Vendor::Amd ? hip_driver() : cuda_driver(); }
 
 DeviceInfo detect_current_device() {
   std::string tried;

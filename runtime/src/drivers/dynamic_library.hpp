@@ -34,9 +34,19 @@ class DynamicLibrary {
     return reinterpret_cast<Function>(::dlsym(handle_, name));
   }
 
+  // Binds a symbol the driver cannot work without; the first one missing is kept in
+  // missing(), so a driver binds its whole table and then reports one clear reason.
+  template <typename Function>
+  void require(Function& function, const char* name) {
+    function = symbol<Function>(name);
+    if (!function && missing_.empty()) missing_ = name;
+  }
+  // "" when every required symbol was found.
+  const std::string& missing() const { return missing_; }
+
  private:
   void* handle_ = nullptr;
-  std::string name_, error_;
+  std::string name_, error_, missing_;
 };
 
 }  // namespace attnpack

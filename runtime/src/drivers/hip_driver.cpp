@@ -3,7 +3,6 @@
 // form, and one form for all kernels keeps one path tested.
 #include <cstring>
 #include <string>
-#include <type_traits>
 
 #include "../driver.hpp"
 #include "../error.hpp"
@@ -23,28 +22,23 @@ class HipDriver final : public Driver {
       unusable_status_ = ATTNPACK_STATUS_NO_DRIVER;
       return;
     }
-    bool complete = true;
-    auto need = [&](auto& function, const char* name) {
-      function = library_.symbol<std::remove_reference_t<decltype(function)>>(name);
-      if (!function && complete) {
-        complete = false;
-        unusable_ = "no usable HIP driver: " + library_.name() + " lacks " + name;
-        unusable_status_ = ATTNPACK_STATUS_NO_DRIVER;
-      }
-    };
-    need(driver_get_version_, "hipDriverGetVersion");
-    need(init_, "hipInit");
-    need(get_error_string_, "hipGetErrorString");
-    need(get_device_count_, "hipGetDeviceCount");
-    need(get_device_, "hipGetDevice");
-    need(set_device_, "hipSetDevice");
-    need(device_get_attribute_, "hipDeviceGetAttribute");
-    need(get_device_properties_, "hipGetDevicePropertiesR0600");
-    need(module_load_data_, "hipModuleLoadData");
-    need(module_unload_, "hipModuleUnload");
-    need(module_get_function_, "hipModuleGetFunction");
-    need(module_launch_kernel_, "hipModuleLaunchKernel");
-    if (!complete) return;
+    library_.require(driver_get_version_, "hipDriverGetVersion");
+    library_.require(init_, "hipInit");
+    library_.require(get_error_string_, "hipGetErrorString");
+    library_.require(get_device_count_, "hipGetDeviceCount");
+    library_.require(get_device_, "hipGetDevice");
+    library_.require(set_device_, "hipSetDevice");
+    library_.require(device_get_attribute_, "hipDeviceGetAttribute");
+    library_.require(get_device_properties_, "hipGetDevicePropertiesR0600");
+    library_.require(module_load_data_, "hipModuleLoadData");
+    library_.require(module_unload_, "hipModuleUnload");
+    library_.require(module_get_function_, "hipModuleGetFunction");
+    library_.require(module_launch_kernel_, "hipModuleLaunchKernel");
+    if (!library_.missing().empty()) {
+      unusable_ = "no usable HIP driver: " + library_.name() + " lacks " + library_.missing();
+      unusable_status_ = ATTNPACK_STATUS_NO_DRIVER;
+      return;
+    }
     int version = 0;
     driver_get_version_(&version);  // major * 10000000 + minor * 100000 + patch
     if (version / 10000000 < kMinimumMajorVersion) {

@@ -38,7 +38,7 @@ DeviceInfo RecordingDriver::device_info() {
   DeviceInfo info;
   info.arch = arch_;
   info.num_sms = kNumSms;
-  info.max_shared_per_block = arch_ == "gfx942" ? 65536 : arch_ == "gfx950" ? 163840 : 232448;
+  info.max_shared_per_block = max_shared_;
   info.description = "recording driver (no GPU; " + arch_ + ", " + std::to_string(kNumSms) + " SMs, device " +
                      std::to_string(thread_device) + ")";
   return info;

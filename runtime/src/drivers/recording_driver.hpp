@@ -19,7 +19,8 @@ class RecordingDriver final : public Driver {
   static constexpr int64_t kNumSms = 132;  // it pretends to be an H200
   static constexpr size_t kKeptLaunches = 256;
 
-  explicit RecordingDriver(std::string arch) : arch_(std::move(arch)) {}
+  // `max_shared` is the target's shared memory / LDS per block, from the archive's meta.
+  RecordingDriver(std::string arch, uint32_t max_shared) : arch_(std::move(arch)), max_shared_(max_shared) {}
 
   const char* name() const override { return "recording"; }
   // The calling thread's pretend device, for every recording driver (cudaSetDevice's analogue).
@@ -50,6 +51,7 @@ class RecordingDriver final : public Driver {
   };
 
   std::string arch_;
+  uint32_t max_shared_ = 0;
   std::mutex mutex_;
   std::deque<Launch> launches_;
   std::vector<std::string> loaded_;  // "symbol sha256" per module load

@@ -66,12 +66,9 @@ std::optional<attnpack_dtype> runtime_dtype(at::ScalarType type) {
 
 bool fits_int32(int64_t v) { return v >= 0 && v <= std::numeric_limits<int32_t>::max(); }
 
-// The Triton family's backward is deterministic: no atomics, every dK/dV tile owned by one
-// program that walks all of its query heads and rows (aot/kernels/triton_attn/bwd.py).
-// A family not listed here falls back in deterministic mode.
-bool backward_is_deterministic(const char* family) {
-  return family && std::strcmp(family, "triton") == 0;
-}
+// Whether a kernel's outputs are bitwise equal for equal inputs, as its family declares it
+// (FamilySpec.deterministic_backward, carried by the archive's index).
+bool backward_is_deterministic(const attnpack_kernel_info& kernel) { return kernel.deterministic != 0; }
 
 // Warns once per distinct text: failures that repeat on every call would drown the user.
 void warn_once(const std::string& key, const std::string& message) {
@@ -305,9 +302,9 @@ Decision decide(const Call& call, attnpack_bundle* explain, bool checked) {
     d.fallback_reason = attnpack_last_error();
   } else if (status != ATTNPACK_STATUS_OK) {
     d.fallback_reason = runtime_failure(status, "attnpack_select");
-  } else if (backward && call.deterministic && !backward_is_deterministic(d.kernel.family)) {
+  } else if (backward && call.deterministic && !backward_is_deterministic(d.kernel)) {
     d.fallback_reason = std::string("deterministic mode: the ") + d.kernel.family +
-                        " backward is not known to be deterministic";
+                        " backward is not declared deterministic";
   }
   return d;
 }

@@ -1,7 +1,9 @@
 """Compile launch steps to GPU images, in parallel, through a content-addressed cache.
 
-Each compile runs in a forked worker process so that a per-kernel timeout can really stop it
-(a compile stuck inside MLIR never returns to Python, so an in-process alarm would not fire).
+What a step compiles to is its family's backend's business (attnpack.builder.backends); this
+module only runs backends' compiles in worker processes and caches their images. Each compile
+runs in a forked worker so that a per-kernel timeout can really stop it (a compile stuck
+inside MLIR never returns to Python, so an in-process alarm would not fire).
 """
 from __future__ import annotations
 
@@ -9,7 +11,6 @@ import hashlib
 import json
 import multiprocessing
 import multiprocessing.connection
-import os
 import shutil
 import tempfile
 import time
@@ -18,20 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from attnpack import abi
 from attnpack.family import Step, Variant
-
-# Bump when the cached record's shape changes.
-CACHE_SCHEMA = 1
-# Line info embeds absolute source paths in the image; without it builds are path-independent.
-os.environ.setdefault("TRITON_DISABLE_LINE_INFO", "1")
-
-
-def gpu_target(arch: str):
-    from triton.backends.compiler import GPUTarget
-    if arch.startswith("sm_"):
-        return GPUTarget("cuda", int(arch[3:]), 32)
-    return GPUTarget("hip", arch, 64)
 
 
 @dataclass
@@ -43,80 +31,30 @@ class CompileJob:
     def label(self) -> str:
         return f"{self.variant.arch}:{self.variant.name}:{self.step.name}"
 
-    def runtime_params(self):
-        fn = self.step.fn
-        return [p for p in fn.params if not p.is_constexpr]
-
-    def source(self):
-        from triton.compiler import ASTSource
-        fn, step, variant = self.step.fn, self.step, self.variant
-        ws = tuple(w.name for w in variant.workspace)
-        runtime = self.runtime_params()
-        if len(runtime) != len(step.args):
-            raise ValueError(f"{self.label}: kernel {fn.__name__} takes {len(runtime)} runtime "
-                             f"parameters but the step declares {len(step.args)} args")
-        signature, attrs = {}, {}
-        for p, word in zip(runtime, step.args):
-            tmap = step.tensormap(word)
-            if tmap is not None:
-                # A host descriptor: Gluon reads the block shape and shared layout from the type.
-                elem = abi.triton_type(tmap.tensor, variant.key.dtype, ws).lstrip("*")
-                block = ",".join(str(e) for e in tmap.block)
-                signature[p.name] = f"tensordesc<{elem}[{block}],{tmap.layout!r}>"
-                continue
-            signature[p.name] = abi.triton_type(word, variant.key.dtype, ws)
-            if abi.param_type(word, ws) == "ptr" or word in step.divisible_by_16:
-                attrs[(p.num,)] = [["tt.divisibility", 16]]
-        for p in fn.params:
-            if p.is_constexpr:
-                if p.name not in step.constexprs:
-                    raise ValueError(f"{self.label}: constexpr {p.name} has no value")
-                signature[p.name] = "constexpr"
-        if getattr(fn, "is_gluon", lambda: False)():
-            from triton.experimental.gluon._runtime import GluonASTSource
-            return GluonASTSource(fn=fn, signature=signature, constexprs=dict(step.constexprs),
-                                  attrs=attrs)
-        return ASTSource(fn=fn, signature=signature, constexprs=dict(step.constexprs), attrs=attrs)
-
-    def options(self) -> dict:
-        return {"num_warps": self.step.num_warps, "num_stages": self.step.num_stages,
-                **self.step.options}
+    @property
+    def backend(self):
+        from attnpack.builder.backends import backend
+        return backend(self.variant.backend)
 
     def cache_key(self) -> str:
-        import triton
-        text = json.dumps({"schema": CACHE_SCHEMA, "triton": triton.__version__,
-                           "ast": self.source().hash(), "arch": self.variant.arch,
-                           "options": self.options(),
-                           "line_info": os.environ.get("TRITON_DISABLE_LINE_INFO")},
-                          sort_keys=True, default=str)
-        return hashlib.sha256(text.encode()).hexdigest()
+        return self.backend.cache_key(self)
 
 
 @dataclass
 class CompiledStep:
+    """A backend's product for one step: the image and what the backend needs later to write
+    the step's launch spec (`Backend.launch_spec`). Cached as image + meta.json."""
     image: bytes
-    kind: str          # cubin / hsaco
+    kind: str          # the target's image kind: cubin / hsaco
     symbol: str
-    meta: dict         # num_warps, warp_size, shared, num_ctas, scratch sizes/aligns, and
-                       # tensordesc_meta (how Triton's launcher would encode each descriptor)
+    meta: dict         # backend-specific, JSON-serialisable
 
 
 def _compile(job: CompileJob) -> CompiledStep:
-    import triton
-    kernel = triton.compile(job.source(), target=gpu_target(job.variant.arch),
-                            options=job.options())
-    md = kernel.metadata._asdict()
-    kind = "cubin" if job.variant.arch.startswith("sm_") else "hsaco"
-    image = kernel.asm[kind]
-    if not image:
-        raise RuntimeError(f"compiler produced an empty {kind}")
-    meta = {k: md.get(k, d) for k, d in (
-        ("num_warps", 4), ("warp_size", 32), ("shared", 0), ("num_ctas", 1),
-        ("global_scratch_size", 0), ("global_scratch_align", 1),
-        ("profile_scratch_size", 0), ("profile_scratch_align", 1))}
-    if md.get("tensordesc_meta"):
-        meta["tensordesc_meta"] = [dict(m) for m in md["tensordesc_meta"]]
-    return CompiledStep(bytes(image), kind, md["name"], meta)
+    out = job.backend.compile(job)
+    if not out.image:
+        raise RuntimeError(f"the {job.variant.backend} backend produced an empty {out.kind}")
+    return out
 
 
 class CompileCache:

@@ -1,0 +1,139 @@
+"""Measuring one shape through plain F.scaled_dot_product_attention, side by side, in one process.
+
+Backends, each timed on the same tensors right after the other:
+- "attnpack": attnpack.torch.enable(), F.sdpa as a user calls it; the kernels that served the
+  calls (or the fallback reasons) come from attnpack.torch.stats(), reset before each op;
+- "default": attnpack disabled, no backend forced: what PyTorch picks (cuDNN on the H200);
+- "flash", "efficient": forced with torch.nn.attention.sdpa_kernel. sdpa_kernel is
+  process-global, so nothing here runs on another thread.
+A backend that refuses a shape is recorded with PyTorch's reason, not timed.
+"""
+from __future__ import annotations
+
+import contextlib
+import re
+import warnings
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+import attnpack.torch as attnpack_torch
+from attnpack.bench.served import served_summary
+from attnpack.bench.shapes import Shape
+from attnpack.bench.timing import Timer
+
+BACKENDS = ("attnpack", "default", "flash", "efficient")
+NATIVE = ("default", "flash", "efficient")
+FORCED = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
+          "cudnn": SDPBackend.CUDNN_ATTENTION}
+TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+SDP_CHOICE_NAMES = {0: "math", 1: "flash", 2: "efficient", 3: "cudnn", 4: "overrideable"}
+
+
+@contextlib.contextmanager
+def backend(name: str):
+    """F.sdpa as `name` serves it: attnpack enabled, PyTorch's default, or one forced backend."""
+    if name == "attnpack":
+        attnpack_torch.enable()
+        try:
+            yield
+        finally:
+            attnpack_torch.disable()
+    elif name == "default":
+        yield
+    else:
+        with sdpa_kernel(FORCED[name]):
+            yield
+
+
+def make_inputs(shape: Shape, seed: int = 0, device: str = "cuda"):
+    """q, k, v [B, H, S, D] (K/V with heads_kv heads, never expanded) and dO."""
+    g = torch.Generator(device=device).manual_seed(seed)
+    dt = TORCH_DTYPES[shape.dtype]
+    mk = lambda h, s: torch.randn(shape.batch, h, s, shape.head_dim, device=device, dtype=dt,  # noqa: E731
+                                  generator=g)
+    return mk(shape.heads_q, shape.seqlen_q), mk(shape.heads_kv, shape.seqlen_k), \
+        mk(shape.heads_kv, shape.seqlen_k), mk(shape.heads_q, shape.seqlen_q)
+
+
+def sdpa_call(op: str, q, k, v, do, causal: bool) -> Callable[[], object]:
+    """One F.sdpa call of `op`, built under the backend that will run it (the backward op of
+    a graph is the one its forward chose). Grouped-query heads go as they are (enable_gqa)."""
+    kw = {"is_causal": causal}
+    if q.shape[1] != k.shape[1]:
+        kw["enable_gqa"] = True
+    if op == "fwd":
+        return lambda: F.scaled_dot_product_attention(q, k, v, **kw)
+    qg, kg, vg = (t.detach().requires_grad_() for t in (q, k, v))
+    if op == "bwd":
+        out = F.scaled_dot_product_attention(qg, kg, vg, **kw)
+        return lambda: torch.autograd.grad(out, (qg, kg, vg), do, retain_graph=True)
+    if op == "fwdbwd":
+        return lambda: torch.autograd.grad(F.scaled_dot_product_attention(qg, kg, vg, **kw),
+                                           (qg, kg, vg), do)
+    raise ValueError(f"op {op!r}: one of fwd, bwd, fwdbwd")
+
+
+def refusal(error: Exception, caught: list) -> str:
+    """PyTorch's reason for refusing a forced backend: its warnings say why, the error only
+    'No available kernel'."""
+    why = [re.sub(r"\s*\(Triggered internally at [^)]*\)", "", str(w.message)).strip()
+           for w in caught if issubclass(w.category, UserWarning)]
+    why.append(str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__)
+    return " ".join(dict.fromkeys(" ".join(w.split()) for w in why if w))[:400]
+
+
+def default_choice(shape: Shape, q, k, v) -> str:
+    """The backend PyTorch's default selection picks for this call (attnpack disabled)."""
+    try:
+        choice = torch.ops.aten._fused_sdp_choice(q, k, v, None, 0.0, shape.causal,
+                                                  enable_gqa=shape.gqa)
+        return SDP_CHOICE_NAMES.get(int(choice), str(int(choice)))
+    except (RuntimeError, TypeError, AttributeError):
+        return "unknown"
+
+
+def time_op(name: str, op: str, shape: Shape, tensors, timer: Timer) -> dict:
+    """{"ms", "min_ms", "max_ms", "reps"} of `op` under the backend context `name` the caller
+    entered, or {"error": PyTorch's reason} when that backend refuses the shape."""
+    q, k, v, do = tensors
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            fn = sdpa_call(op, q, k, v, do, shape.causal)
+            fn()  # a refused shape raises here, before any timing
+            torch.cuda.synchronize()
+    except RuntimeError as e:
+        return {"error": refusal(e, caught)}
+    try:
+        result = timer.time(fn).as_dict()
+    except RuntimeError as e:  # out of memory, a launch failure: the row says so, the run goes on
+        first_line = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        return {"error": f"failed while timing: {first_line[:300]}"}
+    if name == "default":
+        result["backend"] = default_choice(shape, q, k, v)
+    return result
+
+
+def measure_shape(shape: Shape, ops, backends, timer: Timer) -> dict[str, dict]:
+    """{op: {"backends": {name: timing or error}, "served": served_summary}} for one shape.
+    Each backend runs all ops of the shape in one go (attnpack is enabled once per shape);
+    attnpack's stats are reset before each op, so each op names its own kernels."""
+    tensors = make_inputs(shape)
+    entry = attnpack_torch.sdpa_entry(shape.dtype, shape.heads_q, shape.heads_kv, shape.seqlen_q,
+                                      shape.seqlen_k, shape.head_dim, shape.causal)
+    out = {op: {"backends": {}, "served": None} for op in ops}
+    for name in backends:
+        with backend(name):
+            for op in ops:
+                if name == "attnpack":
+                    attnpack_torch.reset_stats()
+                out[op]["backends"][name] = time_op(name, op, shape, tensors, timer)
+                if name == "attnpack":
+                    torch.cuda.synchronize()
+                    out[op]["served"] = served_summary(attnpack_torch.stats(), op, entry)
+    del tensors
+    torch.cuda.empty_cache()
+    return out

@@ -1,0 +1,108 @@
+"""`attnpack bench` on a GPU: environment, matmul ceiling, every row side by side, dynamic lengths.
+
+The result is one JSON-able dict (RESULTS_SCHEMA below); attnpack.bench.report turns it into
+tables, CSV, plots and markdown, here or later on any machine (`attnpack bench --report-only`).
+"""
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+from pathlib import Path
+from typing import Callable
+
+from attnpack import __version__
+from attnpack.bench.shapes import Shape
+
+RESULTS_SCHEMA = 1
+
+
+class BenchError(RuntimeError):
+    """The bench cannot run here (no GPU, no extension, no bundle); the message says why."""
+
+
+def _git_commit() -> str | None:
+    """$ATTNPACK_COMMIT when the caller knows better (a copied tree whose .git is stale), else
+    git's HEAD."""
+    if os.environ.get("ATTNPACK_COMMIT"):
+        return os.environ["ATTNPACK_COMMIT"]
+    try:
+        done = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, timeout=10, cwd=Path(__file__).resolve().parent)
+        return done.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def environment() -> dict:
+    """GPU, driver, torch, cuDNN, CUDA/HIP, triton and attnpack versions, the archive, the date."""
+    import torch
+
+    import attnpack.torch as attnpack_torch
+    from attnpack.tune.runner import provenance
+    env = provenance(torch)
+    env.pop("status", None)
+    props = torch.cuda.get_device_properties(0)
+    env.update({"cudnn": torch.backends.cudnn.version(), "cuda": torch.version.cuda,
+                "hip": torch.version.hip, "attnpack": __version__, "commit": _git_commit(),
+                "python": platform.python_version(), "sm_count": props.multi_processor_count,
+                "l2_bytes": getattr(props, "L2_cache_size", None),
+                "bundle": attnpack_torch.bundle_info()})
+    return env
+
+
+def preflight() -> None:
+    """Fail early, with the fix, when this machine cannot run the bench."""
+    import torch
+    if not torch.cuda.is_available():
+        raise BenchError("no CUDA/ROCm GPU here; measuring needs one. To make the report from a "
+                         "recorded run instead: attnpack bench --report-only RESULTS.json")
+    import attnpack.torch as attnpack_torch
+    try:
+        info = attnpack_torch.bundle_info()
+    except attnpack_torch.ExtensionError as e:
+        raise BenchError(str(e)) from None
+    if not info.get("ok"):
+        raise BenchError(f"no attnpack bundle serves this GPU: {info}. Point ATTNPACK_BUNDLE_DIR "
+                         "at the folder holding attnpack-<version>-<arch>.apk "
+                         "(build_tools/run_gpu_tests.sh builds one in build-gpu/bundle)")
+
+
+def run_bench(planned: list[tuple[str, Shape]], ops, backends, reps: int, warmup: int,
+              shape_files, dynamic: dict | None,
+              progress: Callable[[int, str], Callable[[int], None]] = lambda n, label: (lambda k: None),
+              ) -> dict:
+    """Measure `planned` rows (set, shape) for each op on each backend, then the dynamic report
+    (`dynamic`: keyword arguments of run_dynamic, or None to skip it)."""
+    import torch
+
+    from attnpack.bench import dynamic as dyn
+    from attnpack.bench.measure import measure_shape
+    from attnpack.bench.timing import Timer, matmul_tflops
+    preflight()
+    timer = Timer(reps=reps, warmup=warmup)
+    results = {"schema": RESULTS_SCHEMA, "environment": environment(),
+               "settings": {"ops": list(ops), "backends": list(backends), "reps": reps,
+                            "warmup": warmup, "flush_bytes": timer.flush_bytes,
+                            "shape_files": [str(p) for p in shape_files]},
+               "matmul": {"n": 8192, "dtype": "bf16", "tflops": matmul_tflops(timer)},
+               "rows": []}
+    advance = progress(len(planned), "bench")
+    for set_name, shape in planned:
+        wanted = shape.wanted_ops(ops)
+        if not wanted:  # e.g. a decode row (fwd only) in a run of fwdbwd
+            advance(1)
+            continue
+        measured = measure_shape(shape, wanted, backends, timer)
+        for op in wanted:
+            results["rows"].append({"set": set_name, "name": shape.label, "shape": shape.as_dict(),
+                                    "op": op, **measured[op]})
+        advance(1)
+    results["matmul"]["tflops_end"] = matmul_tflops(timer)  # a drift shows clocks or heat moved
+    del timer
+    torch.cuda.empty_cache()
+    if dynamic is not None:
+        requests = dynamic.get("requests", 200)
+        results["dynamic"] = dyn.run_dynamic(progress=progress(requests * len(dyn.STREAM_BACKENDS),
+                                                               "dynamic stream"), **dynamic)
+    return results

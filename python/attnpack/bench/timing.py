@@ -1,0 +1,96 @@
+"""GPU timing shared by `attnpack bench` and the scripts in bench/.
+
+Steady state: `warmup` calls first, then `reps` timed calls, each after writing a buffer larger
+than the L2 cache (so no call finds its inputs in L2 from the one before), each between two
+CUDA events; the median counts. The host does not wait between reps: it queues the flush and
+the call and runs ahead while the GPU flushes, so a call's time is its GPU time and not the
+host's launch cost, except where the host cannot keep up (then that cost is real and shows).
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+MIN_FLUSH_BYTES = 256 << 20     # also Triton's do_bench flush; 4x the H200's 60 MB L2
+MATMUL_N = 8192                 # the dense bf16 matmul the attention rates are expressed against
+
+
+@dataclass
+class Timing:
+    median_ms: float
+    min_ms: float
+    max_ms: float
+    reps: int
+
+    def as_dict(self) -> dict:
+        return {"ms": self.median_ms, "min_ms": self.min_ms, "max_ms": self.max_ms,
+                "reps": self.reps}
+
+
+class Timer:
+    """Median GPU time of a callable at steady state, after an L2 flush before every rep."""
+
+    def __init__(self, reps: int = 30, warmup: int = 5, device=None):
+        if reps < 1 or warmup < 0:
+            raise ValueError(f"reps {reps} must be >= 1 and warmup {warmup} >= 0")
+        self.reps, self.warmup = reps, warmup
+        device = torch.device(device or "cuda")
+        l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0)
+        self.flush_bytes = max(MIN_FLUSH_BYTES, 4 * l2)
+        self.flush = torch.empty(self.flush_bytes, dtype=torch.uint8, device=device)
+
+    def time(self, fn: Callable[[], object]) -> Timing:
+        for _ in range(self.warmup):
+            fn()
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                  for _ in range(self.reps)]
+        for start, end in events:
+            self.flush.zero_()
+            start.record()
+            fn()
+            end.record()
+        torch.cuda.synchronize()
+        samples = [start.elapsed_time(end) for start, end in events]
+        return Timing(statistics.median(samples), min(samples), max(samples), len(samples))
+
+    def median_ms(self, fn: Callable[[], object]) -> float:
+        return self.time(fn).median_ms
+
+
+def matmul_tflops(timer: Timer, n: int = MATMUL_N) -> float:
+    """The dense bf16 matmul rate (n^3, TFLOP/s) measured with `timer`: the ceiling attention
+    rates are expressed against, measured in the same run."""
+    a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+    ms = timer.median_ms(lambda: a @ b)
+    return 2 * n ** 3 / ms / 1e9
+
+
+def wall_ms(fn: Callable[[], object]) -> float:
+    """Host wall time of one call until the GPU is done (for first calls, where the host-side
+    work, such as building a cuDNN plan or loading a module, is the cost)."""
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) * 1e3
+
+
+def host_us_per_call(fn: Callable[[], object], calls: int, repeats: int) -> float:
+    """Host time per call of a call bound by the host: N back-to-back calls, one synchronize,
+    wall time over N; median of `repeats`."""
+    for _ in range(50):
+        fn()
+    torch.cuda.synchronize()
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+        samples.append((time.perf_counter() - start) / calls * 1e6)
+    return statistics.median(samples)

@@ -1,0 +1,63 @@
+"""The archive reader under a deterministic mutation fuzzer (runtime/tests/fuzz_archive.cpp).
+
+A bundle file is untrusted input to a library linked into PyTorch. Thousands of mutants of real
+archives (bit flips, byte runs, truncations, edited preamble fields, and meta/index fields edited
+and resealed with fresh lengths, offsets and hashes) must each be refused with a status and a
+message, or open and pass `attnpack_verify`; none may crash, hang or read out of bounds. Under
+run_cpu_tests_asan.sh the fuzzer is an ASan+UBSan build and runs ATTNPACK_FUZZ_MUTANTS mutants.
+
+A mutant the runtime accepts must pass `attnpack verify` too, except for the checks the runtime
+cannot make without reading the images' ELF or knowing Triton's calling convention, and the
+ones that do not affect a launch (ALLOWED below).
+"""
+import os
+import re
+import subprocess
+
+import pytest
+
+from attnpack import runtime as rt
+from attnpack.archive.verify import verify_archive
+from test_runtime_fixtures import fuzz_target_archive, toy_archives  # noqa: F401
+
+MUTANTS = int(os.environ.get("ATTNPACK_FUZZ_MUTANTS", "400"))
+ALLOWED = {  # python verify's finding -> why the runtime does not make that check
+    r"ELF parameters \(offset, size\) .* disagree with the launch spec": "needs the image's ELF",
+    r"ELF kernarg size \d+ != launch spec": "needs the image's ELF",
+    r"tensor map \w+ is followed by .*, Triton passes": "Triton's convention, not the runtime's",
+    r"the \w+ compiler version is not recorded": "informational meta",
+    r"image \d+ \(\w+\) is used by no kernel": "an unused image is never loaded",
+    r"meta target .* differs from the targets table": "the device, not the meta, sets the limits",
+}
+
+
+def _fuzzer():
+    path = rt.library_path().resolve().parent / "tests" / "attnpack_fuzz_archive"
+    if not path.is_file():
+        pytest.fail(f"{path} missing: build the runtime with its tests (the default)")
+    return path
+
+
+@pytest.mark.parametrize("which,share", [("sm_90 bf16 d128 slice of the bundle", 0.8),
+                                         ("gfx950 toy", 0.2)])
+def test_mutants_are_refused_or_pass_verify(which, share, fuzz_target_archive, toy_archives,
+                                            tmp_path):
+    archive = fuzz_target_archive if which.startswith("sm_90") else toy_archives["gfx950"]
+    count = max(50, int(MUTANTS * share))
+    accepted = tmp_path / "accepted"
+    accepted.mkdir()
+    run = subprocess.run([str(_fuzzer()), str(archive), str(count), "2026", str(accepted)],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=1800)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
+    assert f"{count} mutants of {archive}" in run.stdout and "none crashed" in run.stdout
+    print(run.stdout)
+    outcomes = dict((line.split(None, 1)[1], int(line.split(None, 1)[0]))
+                    for line in run.stdout.splitlines()[1:])
+    assert sum(outcomes.values()) == count + 1 and outcomes["original: accepted"] == 1
+    assert sum(n for o, n in outcomes.items() if "refused" in o) > count // 2
+    # the runtime's accepted mutants against python's verify
+    unexplained = []
+    for path in sorted(accepted.glob("*.apk")):
+        _, problems, _ = verify_archive(path)
+        unexplained += [p for p in problems if not any(re.search(r, p) for r in ALLOWED)]
+    assert unexplained == []
