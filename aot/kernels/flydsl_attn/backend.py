@@ -1,8 +1,8 @@
-"""Compile the FlyDSL forward offline into a gfx950 code object, and describe how to launch it.
+"""The FlyDSL compile backend: the FlyDSL forward compiled offline into a gfx950 code object,
+and the launch spec read back from that object's own metadata.
 
-This is the FlyDSL-specific half of a compile backend (the generic half lives in the builder):
-    compile_forward(arch, dtype, head_dim, causal, config) -> CompiledObject
-    FLYDSL_VERSION, cache_key(source_hash, flydsl_version, arch, config)
+    compile_forward(arch, dtype, head_dim, causal, config) -> CompiledObject   (direct use)
+    FlyDSLKernel, FlyDSLBackend                         (the builder's view: family.py steps)
 
 FlyDSL is a build-time dependency only: the code object it produces is a plain AMDGPU ELF that
 libattnpack launches through HIP with a packed kernarg buffer, by the offsets below.
@@ -15,6 +15,8 @@ side packs):
                  the 4 extents (i32) [B, H, S, D], then the 3 non-unit strides (i64) [b, h, s]
     lse          a global pointer (fp32, contiguous [B, Hq, Sq])
     sm_scale_log2  f32
+Every field is one word of attnpack/abi.py; B and D appear once per tensor, which the runtime
+packs like any other word.
 """
 from __future__ import annotations
 
@@ -73,6 +75,18 @@ class LaunchWord:
     size: int
     wire_type: str       # ptr / i32 / i64 / f32
     word: str            # attnpack/abi.py vocabulary
+    divisibility: int = 1  # what the runtime checks before launching (see DIVISIBILITY)
+
+    def param(self) -> list:
+        """The launch spec's [word, type, divisibility, offset] (docs/ARCHIVE.md)."""
+        return [self.word, self.wire_type, self.divisibility, self.offset]
+
+
+# Promises the runtime checks per problem (a problem that breaks one goes to the next candidate,
+# the triton default): Q/K/V/O move in 16-byte chunks (buffer_load_dwordx4 / ds_write_b128), so
+# their base pointers are 16-byte aligned and every element stride is a multiple of 8 (16 bytes
+# of bf16/fp16); LSE is written one float at a time.
+DIVISIBILITY = {"ptr": 16, "lse": 4, "stride": 8}
 
 
 @dataclass
@@ -92,7 +106,6 @@ class CompiledObject:
     # grid in attnpack's factor language: a dim is a product of factors (var, d) = ceil(var / d)
     grid: tuple = ()
     flydsl_version: str = ""
-    min_seq_k: int = 1               # where it serves (see SERVES)
     cache_key: str = ""
     meta: dict = field(default_factory=dict)
 
@@ -102,27 +115,16 @@ class CompiledObject:
         return json.dumps(d, sort_keys=True)
 
 
-SERVES = {
-    "archs": SUPPORTED_ARCHS,
-    "dtypes": tiles.DTYPES,
-    "head_dims": tiles.HEAD_DIMS,
-    "causal": (False, True),
-    "gqa": "Hq a multiple of Hkv",
-    "min_seq_k": 1,
-    # Offsets inside one head are 32-bit buffer offsets: a head's span in bytes must stay below
-    # 2 GiB (((S - 1) * stride_s + D) * 2), for Q/K/V/O alike.
-    "max_head_bytes": 2**31 - 1,
-    "why": "Sk >= 1: with no key the softmax of a row is undefined (the kernel would write NaN); "
-           "the triton family serves Sk = 0. Short sequences are served correctly, but one "
-           "workgroup covers 256 query rows (8 waves x 32), so below a few hundred rows most "
-           "of its waves compute padding: the tuning db should prefer triton there (suggested "
-           "untuned minimum: Sq >= 256 and Sk >= 256).",
-}
-
-
 def flydsl_version() -> str:
+    """The installed flydsl's version, without importing it (the builder's parent process only
+    hashes; compiles run in worker processes)."""
     import importlib.metadata
-    return importlib.metadata.version("flydsl")
+    try:
+        return importlib.metadata.version("flydsl")
+    except importlib.metadata.PackageNotFoundError:
+        raise RuntimeError("flydsl_attn: the flydsl package is not installed, and the gfx950 "
+                           "archive holds FlyDSL kernels; run build_tools/install_flydsl.sh "
+                           "(build_tools/setup.sh does), or build with --family triton") from None
 
 
 def source_hash() -> str:
@@ -215,16 +217,30 @@ def launch_words(args: list[KernelArg]) -> list[LaunchWord]:
     words = []
     for a in args:
         if a.name in ("q", "k", "v", "o", "lse"):
-            words.append(LaunchWord(a.offset, 8, "ptr", a.name))
+            words.append(LaunchWord(a.offset, 8, "ptr", a.name,
+                                    DIVISIBILITY["lse" if a.name == "lse" else "ptr"]))
         elif a.name.endswith("_layout"):
             tensor = a.name[:-len("_layout")]
-            words += [LaunchWord(a.offset + off, size, wire, word)
+            words += [LaunchWord(a.offset + off, size, wire, word,
+                                 DIVISIBILITY["stride"] if "_stride_" in word else 1)
                       for off, size, wire, word in layout_struct_fields(tensor)]
         elif a.name == "sm_scale_log2":
             words.append(LaunchWord(a.offset, 4, "f32", "sm_scale_log2"))
         else:
             raise KeyError(a.name)
     return words
+
+
+def words_in_order() -> tuple[str, ...]:
+    """The launch words of every kernarg field, in argument order (a step's `args`); their
+    offsets come from the compiled object (launch_words)."""
+    out = []
+    for name, _, _ in EXPECTED_ARGS:
+        if name.endswith("_layout"):
+            out += [word for _, _, _, word in layout_struct_fields(name[:-len("_layout")])]
+        else:
+            out.append(name)
+    return tuple(out)
 
 
 def grid_rule(config: dict) -> tuple:
@@ -275,7 +291,7 @@ def compile_forward(arch: str, dtype: str, head_dim: int, causal: bool, config: 
         image=image, entry=ENTRY_SYMBOL, args=args, kernarg_size=kernarg_size,
         launch_words=launch_words(args), resources=res,
         block=(tiles.threads(full), 1, 1), grid=grid_rule(full), flydsl_version=version,
-        min_seq_k=SERVES["min_seq_k"], cache_key=key,
+        cache_key=key,
         meta={"block_m": tiles.block_m(full), "lds_bytes_planned": tiles.lds_bytes(head_dim, full)})
     if use_cache:
         tmp = cached.with_name(key + f".tmp{os.getpid()}")
@@ -297,3 +313,78 @@ def _from_cache(folder: Path) -> CompiledObject:
     d["block"] = tuple(d["block"])
     d["grid"] = tuple(tuple(tuple(f) for f in dim) for dim in d["grid"])
     return CompiledObject(**d)
+
+
+# ---- the builder's view: a step's kernel and the compile backend ------------------------------
+CACHE_SCHEMA = 1  # bump when CompiledStep.meta's shape changes
+
+
+@dataclass(frozen=True)
+class FlyDSLKernel:
+    """What one launch step of the flydsl family compiles: a specialization of fwd.py.
+
+    The compile and the launch-parameter read are methods of this class, so a step always runs
+    the code of the folder that declared it (the registered backend only dispatches)."""
+    dtype: str
+    head_dim: int
+    causal: bool
+    config: tuple          # the full tile config as sorted (key, value) pairs (hashable)
+
+    def compile(self, arch: str) -> CompiledObject:
+        # The builder caches the image itself (keyed by FlyDSLBackend.cache_key); this
+        # module's own cache is for direct use (tests, the GPU test).
+        return compile_forward(arch, self.dtype, self.head_dim, self.causal, dict(self.config),
+                               use_cache=False)
+
+    def cache_key(self, arch: str) -> str:
+        return cache_key(source_hash(), flydsl_version(), arch,
+                         {"schema": CACHE_SCHEMA, "dtype": self.dtype, "head_dim": self.head_dim,
+                          "causal": self.causal, **dict(self.config)})
+
+    def launch(self, image: bytes, symbol: str) -> tuple[list[list], int]:
+        """([word, type, divisibility, offset] per field, kernarg size), from the image's own
+        NT_AMDGPU_METADATA (a cached image is read again, as a fresh one)."""
+        args, kernarg_size = amdgpu_args(image, symbol)
+        return [w.param() for w in launch_words(args)], kernarg_size
+
+
+def _kernel(job) -> FlyDSLKernel:
+    kernel = job.step.kernel
+    # by class name: a second copy of this folder (a test's) has its own FlyDSLKernel class
+    if type(kernel).__name__ != "FlyDSLKernel":
+        raise TypeError(f"{job.label}: the flydsl backend compiles FlyDSLKernel steps, got "
+                        f"{type(kernel).__name__}")
+    return kernel
+
+
+class FlyDSLBackend:
+    """attnpack.builder.backends protocol for FlyDSL (registered by family.py)."""
+    name = "flydsl"
+    compilers = ("flydsl",)
+
+    def versions(self) -> dict[str, str]:
+        return {"flydsl": flydsl_version()}
+
+    def cache_key(self, job) -> str:
+        return _kernel(job).cache_key(job.variant.arch)
+
+    def compile(self, job):
+        from attnpack.builder.compile import CompiledStep
+        from attnpack.targets import target
+        obj = _kernel(job).compile(job.variant.arch)
+        return CompiledStep(obj.image, target(job.variant.arch).image_kind, obj.entry,
+                            {"block": list(obj.block), "resources": obj.resources,
+                             "flydsl": obj.flydsl_version})
+
+    def launch_spec(self, job, compiled) -> dict:
+        params, kernarg_size = _kernel(job).launch(compiled.image, compiled.symbol)
+        return {
+            "symbol": compiled.symbol, "params": params, "kernarg_size": kernarg_size,
+            "block": list(compiled.meta["block"]),
+            # LDS is static (the code object's group segment); nothing dynamic to ask for
+            "shared": 0,
+            "cluster": [1, 1, 1],
+            "scratch": {"global_size": 0, "global_align": 1, "profile_size": 0,
+                        "profile_align": 1},
+            "tensormaps": [],
+        }

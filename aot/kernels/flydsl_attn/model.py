@@ -66,7 +66,7 @@ def forward(q, k, v, causal: bool, sm_scale: float, config: dict | None = None,
     if Hq % Hkv:
         raise ValueError(f"Hq={Hq} is not a multiple of Hkv={Hkv}")
     if Sk < 1:
-        raise ValueError("Sk must be >= 1 (see backend.SERVES)")
+        raise ValueError("Sk must be >= 1 (the runtime launches no empty problem; see family.py)")
     BLOCK_M, BLOCK_N = tiles.block_m(cfg), cfg["block_n"]
     rows_per_group = BLOCK_M // tiles.GROUPS
     c = sm_scale * tiles.LOG2E
