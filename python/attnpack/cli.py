@@ -296,17 +296,19 @@ def db_explain(file, shape, dtype, causal, op, as_json):
         key = problem_key(op, dtype, d, causal, hq, hkv, sq, sk)
     except ValueError as e:
         raise click.ClickException(str(e))
-    entry = tdb.entries.get(key)
+    entry, rule = tdb.select(op, dtype, d, causal, hq, hkv, sq, sk)
     if as_json:
-        click.echo(json.dumps({"bucket": key.as_dict(), "entry": entry}, indent=1))
+        click.echo(json.dumps({"bucket": key.as_dict(), "rule": rule, "entry": entry}, indent=1))
         return
     click.echo(f"shape B={b} Hq={hq} Hkv={hkv} Sq={sq} Sk={sk} D={d} {dtype} "
                f"{'causal' if causal else 'full'} {op}")
     click.echo(f"bucket: {key.text}")
     if entry is None:
-        click.echo("no entry: the archive's per-functional default serves it")
+        click.echo("no entry for this functional key: the archive's per-functional default serves it")
     else:
-        click.echo(f"entry:  {entry['family']} {entry['kernel']}"
+        origin = "entry: " if rule == "tuned" else (
+            f"no entry; nearest entry (gqa{entry['gqa']} sq{entry['sq']} sk{entry['sk']}): ")
+        click.echo(f"{origin}{entry['family']} {entry['kernel']}"
                    + (f", {entry['time_us']:.1f} us" if entry.get("time_us") else ""))
 
 

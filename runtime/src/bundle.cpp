@@ -255,6 +255,7 @@ std::string Bundle::explain(const Problem& problem) const {
   switch (selection.origin) {
     case Origin::Forced: out += "served by: forced name (attnpack_problem.kernel)\n"; break;
     case Origin::Tuned: out += "served by: tuned entry\n"; break;
+    case Origin::Nearest: out += "served by: nearest tuned entry\n"; break;
     case Origin::Default: out += "served by: default\n"; break;
   }
   bool sizes_known = true;  // grids over num_sms need the device, which explain does not ask

@@ -1,6 +1,9 @@
 #include "select.hpp"
 
+#include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <tuple>
 
 #include "error.hpp"
 
@@ -38,6 +41,7 @@ const char* origin_word(Origin origin) {
   switch (origin) {
     case Origin::Forced: return "forced ";
     case Origin::Tuned: return "tuned ";
+    case Origin::Nearest: return "nearest tuned ";
     case Origin::Default: return "default ";
   }
   return "";
@@ -84,10 +88,55 @@ Selector::Selector(const Archive& archive, const std::vector<KernelPlan>& plans)
   for (const TuningEntry& entry : archive.tuning().entries) {
     if (auto key = key_of(entry.op, entry.key)) tuned_[TunedKey{*key, entry.gqa, entry.sq, entry.sk}] = entry.kernel;
   }
+  fill_nearest();
 }
 
-std::optional<uint32_t> Selector::tuned_candidate(const Problem& p, uint64_t functional,
-                                                  std::vector<std::string>* trace) const {
+void Selector::fill_nearest() {
+  const TuningRecord& tuning = archive_.tuning();
+  const std::vector<uint32_t>& gqas = tuning.gqa_bounds;
+  const std::vector<uint32_t>& seqs = tuning.seqlen_bounds;
+  auto position = [](const std::vector<uint32_t>& bounds, uint32_t value) {
+    return int32_t(std::lower_bound(bounds.begin(), bounds.end(), value) - bounds.begin());
+  };
+  // Entries per functional key, with their bucket positions, in a fixed order (gqa, sq, sk)
+  // so that equal distances resolve as in Python. Open runs this for every bucketed key, so
+  // the inner loop is integer arithmetic only.
+  struct Placed {
+    int32_t g, q, k;
+    uint32_t kernel, gqa, sq, sk;
+  };
+  std::map<uint64_t, std::vector<Placed>> by_functional;
+  for (const auto& [key, kernel] : tuned_) {
+    by_functional[key.functional].push_back(
+        {position(gqas, key.gqa), position(seqs, key.sq), position(seqs, key.sk), kernel, key.gqa, key.sq, key.sk});
+  }
+  for (auto& [functional, entries] : by_functional) {
+    std::sort(entries.begin(), entries.end(),
+              [](const Placed& a, const Placed& b) { return std::tie(a.g, a.q, a.k) < std::tie(b.g, b.q, b.k); });
+    for (int32_t g = 0; g < int32_t(gqas.size()); ++g) {
+      for (int32_t q = 0; q < int32_t(seqs.size()); ++q) {
+        for (int32_t k = 0; k < int32_t(seqs.size()); ++k) {
+          const TunedKey want{functional, gqas[g], seqs[q], seqs[k]};
+          if (tuned_.count(want)) continue;
+          const Placed* best = nullptr;
+          int32_t best_total = 0, best_gqa = 0;
+          for (const Placed& e : entries) {
+            const int32_t dg = std::abs(e.g - g), total = dg + std::abs(e.q - q) + std::abs(e.k - k);
+            if (!best || total < best_total || (total == best_total && dg < best_gqa)) {
+              best = &e;
+              best_total = total;
+              best_gqa = dg;
+            }
+          }
+          nearest_.emplace(want, NearestEntry{best->kernel, best->gqa, best->sq, best->sk});
+        }
+      }
+    }
+  }
+}
+
+std::optional<std::pair<uint32_t, Origin>> Selector::tuned_candidate(const Problem& p, uint64_t functional,
+                                                                     std::vector<std::string>* trace) const {
   if (tuned_.empty() && !trace) return std::nullopt;  // the launch path skips the bucketing
   const TuningRecord& tuning = archive_.tuning();
   if (tuning.seqlen_bounds.empty() || tuning.gqa_bounds.empty()) {
@@ -96,14 +145,27 @@ std::optional<uint32_t> Selector::tuned_candidate(const Problem& p, uint64_t fun
   }
   const TunedKey key{functional, bucket_of(p.sizes[kHq] / p.sizes[kHkv], tuning.gqa_bounds),
                      bucket_of(p.sizes[kSq], tuning.seqlen_bounds), bucket_of(p.sizes[kSk], tuning.seqlen_bounds)};
-  auto found = tuned_.find(key);
-  if (trace) {
-    trace->push_back("tuning key: " + functional_text(p) + " gqa" + std::to_string(key.gqa) + " sq" +
-                     std::to_string(key.sq) + " sk" + std::to_string(key.sk) +
-                     (found == tuned_.end() ? ": no tuned entry" : ": tuned entry"));
+  // Spelled out for explain only: the launch path builds no strings.
+  auto note = [&](const std::string& verdict) {
+    if (trace) {
+      trace->push_back("tuning key: " + functional_text(p) + " gqa" + std::to_string(key.gqa) + " sq" +
+                       std::to_string(key.sq) + " sk" + std::to_string(key.sk) + ": " + verdict);
+    }
+  };
+  if (auto found = tuned_.find(key); found != tuned_.end()) {
+    note("tuned entry");
+    return std::make_pair(found->second, Origin::Tuned);
   }
-  if (found == tuned_.end()) return std::nullopt;
-  return found->second;
+  if (auto near = nearest_.find(key); near != nearest_.end()) {
+    const NearestEntry& e = near->second;
+    if (trace) {
+      note("no tuned entry; nearest tuned entry gqa" + std::to_string(e.gqa) + " sq" + std::to_string(e.sq) + " sk" +
+           std::to_string(e.sk));
+    }
+    return std::make_pair(e.kernel, Origin::Nearest);
+  }
+  note("no tuned entry");
+  return std::nullopt;
 }
 
 uint32_t Selector::forced_kernel(const Problem& p) const {
@@ -231,7 +293,7 @@ Selection Selector::select(const Problem& p, std::vector<std::string>* trace) co
     const uint64_t functional = key_of(p.op, p.dtype, p.head_dim, p.causal);
     auto found = defaults_.find(functional);
     if (found == defaults_.end()) return unsupported(unbuilt_reason(p));
-    if (auto tuned = tuned_candidate(p, functional, trace)) candidates[count++] = {*tuned, Origin::Tuned};
+    if (auto tuned = tuned_candidate(p, functional, trace)) candidates[count++] = {tuned->first, tuned->second};
     candidates[count++] = {found->second, Origin::Default};
   }
   std::string mismatch;

@@ -3,8 +3,10 @@
 // A problem naming a kernel (attnpack_problem.kernel, for `attnpack tune`) gets exactly that
 // one. Otherwise the archive's tuning entries are tried first: the problem's (op, dtype, head
 // dim, causal) plus its bucketed Hq/Hkv, Sq and Sk, bucketed by the rule of
-// python/attnpack/tune/buckets.py over the boundaries the archive carries. The `selection`
-// table's default for the functional key is the fallback.
+// python/attnpack/tune/buckets.py over the boundaries the archive carries. A bucketed key
+// without an entry takes the nearest entry of the same functional key (the rule of
+// python/attnpack/tune/db.py `nearest_entry`, docs/tuning.md); the `selection` table's
+// default for the functional key serves only where the functional key has no entry at all.
 #pragma once
 
 #include <cstdint>
@@ -23,7 +25,7 @@
 namespace attnpack {
 
 // Where the chosen kernel came from.
-enum class Origin : uint8_t { Forced, Tuned, Default };
+enum class Origin : uint8_t { Forced, Tuned, Nearest, Default };
 
 struct Selection {
   const KernelPlan* plan = nullptr;  // null: unsupported
@@ -72,9 +74,13 @@ class Selector {
   };
 
   std::string unbuilt_reason(const Problem& problem) const;
-  // The tuning entry's kernel for this problem, if the archive has one.
-  std::optional<uint32_t> tuned_candidate(const Problem& problem, uint64_t functional,
-                                          std::vector<std::string>* trace) const;
+  // The tuning entry's kernel for this problem (its own entry, else the nearest one of its
+  // functional key), if the archive has one.
+  std::optional<std::pair<uint32_t, Origin>> tuned_candidate(const Problem& problem, uint64_t functional,
+                                                             std::vector<std::string>* trace) const;
+  // For every bucketed key of a functional key that has entries but not this one: the
+  // nearest entry (index distance over the bucket boundaries; python's nearest_entry).
+  void fill_nearest();
   // The kernel attnpack_problem.kernel names; throws INVALID_ARGUMENT if the archive lacks it.
   uint32_t forced_kernel(const Problem& problem) const;
 
@@ -82,6 +88,11 @@ class Selector {
   const std::vector<KernelPlan>& plans_;
   std::unordered_map<uint64_t, uint32_t> defaults_;  // key -> kernel
   std::unordered_map<TunedKey, uint32_t, TunedKeyHash> tuned_;  // tuning entries -> kernel
+  struct NearestEntry {
+    uint32_t kernel;
+    uint32_t gqa, sq, sk;  // the entry's own buckets, for explain
+  };
+  std::unordered_map<TunedKey, NearestEntry, TunedKeyHash> nearest_;
   // What is built, for the reason a problem is not served.
   std::set<std::string> ops_;
   std::set<std::pair<std::string, std::string>> dtypes_;               // (op, dtype)

@@ -63,7 +63,7 @@ def test_runtime_lookup_equals_the_python_lookup_for_random_shapes(toy_tuned_arc
     db = load_db(db_path)
     defaults = {(s["op"], s["causal"]): s["kernel"] for s in read_archive(path).index["selection"]}
     rng = random.Random(20240611)
-    mismatches, served, chosen = [], {"tuned entry": 0, "default": 0}, set()
+    mismatches, served, chosen = [], {"tuned entry": 0, "nearest tuned entry": 0}, set()
     with rt.Bundle(path, recording=True) as bundle:
         for _ in range(5000):
             shape = random_shape(rng)
@@ -71,11 +71,14 @@ def test_runtime_lookup_equals_the_python_lookup_for_random_shapes(toy_tuned_arc
             prob = rt.make_problem(op, "fp16", D=D, causal=causal, **shape)
             key = problem_key(op, "fp16", D, causal, shape["Hq"], shape["Hkv"], shape["Sq"],
                               shape["Sk"])
-            entry = db.lookup(op, "fp16", D, causal, shape["Hq"], shape["Hkv"], shape["Sq"],
-                              shape["Sk"])
+            entry, rule = db.select(op, "fp16", D, causal, shape["Hq"], shape["Hkv"], shape["Sq"],
+                                    shape["Sk"])
             want_kernel = entry["kernel"] if entry else defaults[(op, causal)]
-            want_served = "tuned entry" if entry else "default"
-            want_key = f"{key.text}: {'tuned entry' if entry else 'no tuned entry'}"
+            want_served = {"tuned": "tuned entry", "nearest": "nearest tuned entry"}.get(rule, rule)
+            want_key = f"{key.text}: " + {
+                "tuned": "tuned entry", "default": "no tuned entry",
+                "nearest": "no tuned entry; nearest tuned entry "
+                           f"gqa{entry and entry['gqa']} sq{entry and entry['sq']} sk{entry and entry['sk']}"}[rule]
             got_kernel = bundle.select(prob).name
             got_key, got_served = tuning_lines(bundle.explain(prob))
             if (got_kernel, got_key, got_served) != (want_kernel, want_key, want_served):
@@ -84,21 +87,24 @@ def test_runtime_lookup_equals_the_python_lookup_for_random_shapes(toy_tuned_arc
             served[want_served] += 1
             chosen.add(got_kernel)
     assert mismatches[:5] == [] and len(mismatches) == 0
-    # the sample exercised both outcomes and every kernel, fwd and bwd
-    assert min(served.values()) > 1000, served
+    # the sample exercised both outcomes and every kernel, fwd and bwd; every functional key has
+    # entries, so a key without its own takes the nearest one, never the default
+    assert min(served.values()) > 1000 and set(served) == {"tuned entry", "nearest tuned entry"}
     assert len(chosen) == 6
 
 
 def test_the_launch_uses_the_tuned_kernel(toy_tuned_archive):
     path, db_path = toy_tuned_archive
     db = load_db(db_path)
-    # one tuned key per forward config, and one key without an entry
+    # one tuned key per forward config, and one key without an entry (its nearest entry serves)
     cases = []
     for config in ("BLOCK16_warps1", "BLOCK32_warps2", None):
         for sq in SEQLEN_BOUNDS:
             entry = db.lookup("fwd", "fp16", D, False, 8, 8, sq, 1000)
             if (entry and entry["kernel"].endswith(config or "?")) or (not entry and not config):
-                cases.append((sq, config or "BLOCK16_warps1"))
+                near, rule = db.select("fwd", "fp16", D, False, 8, 8, sq, 1000)
+                cases.append((sq, config or near["kernel"].split("/")[-1]))
+                assert rule == ("tuned" if config else "nearest")
                 break
     assert len(cases) == 3
     with rt.Bundle(path, recording=True) as bundle:
@@ -138,10 +144,14 @@ def test_explain_shows_the_bucket_key_and_what_served_it(toy_tuned_archive):
         _, s, k = missing
         text = bundle.explain(rt.make_problem("fwd", "fp16", B=1, Hq=gqa, Hkv=1, Sq=s, Sk=k, D=D,
                                               causal=True))
-        assert (f"  tuning key: fwd fp16 d32 causal gqa{gqa} sq{s} sk{k}: no tuned entry\n"
-                "  default toy/fwd/fp16-d32-causal/BLOCK16_warps1: chosen\n"
-                "kernel: toy/fwd/fp16-d32-causal/BLOCK16_warps1 (family toy, BLOCK=16 warps=1)\n"
-                "served by: default\n") in text
+        near, rule = db.select("fwd", "fp16", D, True, gqa, 1, s, k)
+        config = {"BLOCK16_warps1": "BLOCK=16 warps=1", "BLOCK32_warps2": "BLOCK=32 warps=2"}
+        assert rule == "nearest" and (
+            f"  tuning key: fwd fp16 d32 causal gqa{gqa} sq{s} sk{k}: no tuned entry; nearest "
+            f"tuned entry gqa{near['gqa']} sq{near['sq']} sk{near['sk']}\n"
+            f"  nearest tuned {near['kernel']}: chosen\n"
+            f"kernel: {near['kernel']} (family toy, {config[near['kernel'].split('/')[-1]]})\n"
+            "served by: nearest tuned entry\n") in text
 
 
 def test_a_tuned_kernel_the_problem_does_not_fit_falls_back_to_the_default(tmp_path):
@@ -169,8 +179,12 @@ def test_a_tuned_kernel_the_problem_does_not_fit_falls_back_to_the_default(tmp_p
         # the boundaries come from the archive: Sk 1025 is past the last one, so bucket 1024
         assert bundle.select(rt.make_problem("fwd", "fp16", B=1, Hq=4, Hkv=4, Sq=16, Sk=99999,
                                              D=64)).name == fussy["name"]
-        # gqa 2 falls in class 4, which has no entry
-        assert bundle.select(rt.make_problem("fwd", "fp16", B=1, Hq=8, Hkv=4, Sq=16, Sk=900,
+        # gqa 2 falls in class 4, which has no entry: the nearest one (class 1) serves, and
+        # falls back to the default where its promise fails
+        gqa2 = rt.make_problem("fwd", "fp16", B=1, Hq=8, Hkv=4, Sq=16, Sk=900, D=64)
+        assert bundle.select(gqa2).name == fussy["name"]
+        assert "served by: nearest tuned entry\n" in bundle.explain(gqa2)
+        assert bundle.select(rt.make_problem("fwd", "fp16", B=1, Hq=8, Hkv=4, Sq=17, Sk=900,
                                              D=64)).name == plain["name"]
 
 

@@ -75,10 +75,15 @@ def test_show_and_explain():
     out = CliRunner().invoke(main, ["db", "explain", str(DBS / "new.jsonl"), "--shape",
                                     "2,32,8,1000,600,64", "--causal"]).output
     assert "bucket: fwd bf16 d64 causal gqa4 sq1024 sk1024" in out
-    assert "entry:  triton triton/fwd/bf16-d64-causal/A, 49.0 us" in out
-    miss = CliRunner().invoke(main, ["db", "explain", str(DBS / "new.jsonl"), "--shape",
+    assert "entry: triton triton/fwd/bf16-d64-causal/A, 49.0 us" in out
+    near = CliRunner().invoke(main, ["db", "explain", str(DBS / "new.jsonl"), "--shape",
                                      "1,8,8,9000,9000,128"]).output
-    assert "no entry: the archive's per-functional default serves it" in miss
+    assert ("bucket: fwd bf16 d128 full gqa1 sq16384 sk16384\nno entry; nearest entry (gqa1 "
+            "sq4096 sk4096): gluon gluon/fwd/bf16-d128-full/P") in near
+    miss = CliRunner().invoke(main, ["db", "explain", str(DBS / "new.jsonl"), "--shape",
+                                     "1,8,8,9000,9000,32"]).output
+    assert ("no entry for this functional key: the archive's per-functional default serves it"
+            in miss)
     bad = CliRunner().invoke(main, ["db", "explain", str(DBS / "new.jsonl"), "--shape", "1,2,3"])
     assert bad.exit_code == 2 and "expected B,Hq,Hkv,Sq,Sk,D" in bad.output
 

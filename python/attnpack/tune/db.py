@@ -46,7 +46,18 @@ class TuningDb:
     path: Path | None = None
 
     def lookup(self, op, dtype, head_dim, causal, hq, hkv, sq, sk) -> dict | None:
+        """The entry of the problem's own bucketed key, if there is one."""
         return self.entries.get(problem_key(op, dtype, head_dim, causal, hq, hkv, sq, sk))
+
+    def select(self, op, dtype, head_dim, causal, hq, hkv, sq, sk) -> tuple[dict | None, str]:
+        """(entry, rule) the runtime serves the problem by: its own entry ("tuned"), else the
+        nearest entry of its functional key ("nearest"), else none ("default": the archive's
+        per-functional default serves it)."""
+        key = problem_key(op, dtype, head_dim, causal, hq, hkv, sq, sk)
+        if key in self.entries:
+            return self.entries[key], "tuned"
+        near = nearest_entry(key, self.entries)
+        return (near, "nearest") if near is not None else (None, "default")
 
     def put(self, entry: dict) -> None:
         missing = [f for f in KEY_FIELDS + ("family", "kernel") if f not in entry]
@@ -60,6 +71,21 @@ class TuningDb:
                 "provenance": self.provenance,
                 "entries": [{**{f: e[f] for f in KEY_FIELDS}, "kernel": e["kernel"]}
                             for _, e in sorted(self.entries.items())]}
+
+
+def nearest_entry(key: Key, entries: dict[Key, dict]) -> dict | None:
+    """The entry of `key`'s functional key nearest to it, for a bucketed key with no entry of
+    its own. Distance: the number of bucket steps between the two keys, summed over GQA class,
+    Sq and Sk (positions in GQA_BOUNDS and SEQLEN_BOUNDS); ties go to the smaller GQA distance,
+    then to the smallest (gqa, sq, sk). runtime/src/select.cpp implements the same rule (and a
+    CPU test compares the two over random shapes)."""
+    g, s = GQA_BOUNDS.index, SEQLEN_BOUNDS.index
+    same = sorted((k for k in entries if k.functional == key.functional and k.op == key.op),
+                  key=lambda k: (k.gqa, k.sq, k.sk))
+    best = min(same, default=None, key=lambda k: (
+        abs(g(k.gqa) - g(key.gqa)) + abs(s(k.sq) - s(key.sq)) + abs(s(k.sk) - s(key.sk)),
+        abs(g(k.gqa) - g(key.gqa))))
+    return None if best is None else entries[best]
 
 
 def load_db(path: Path | str) -> TuningDb:

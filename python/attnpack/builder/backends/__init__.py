@@ -52,6 +52,15 @@ def backend(name: str) -> Backend:
                        "a family's own backend registers itself from its family.py") from None
 
 
+def declared_kernel(job: CompileJob, cls: type):
+    """The step's kernel declaration, which must be of the backend's own class `cls`."""
+    kernel = job.step.kernel
+    if not isinstance(kernel, cls):
+        raise TypeError(f"{job.label}: the {job.variant.backend} backend takes {cls.__name__} "
+                        f"steps, got {type(kernel).__name__}")
+    return kernel
+
+
 class LayoutMismatch(ValueError):
     pass
 

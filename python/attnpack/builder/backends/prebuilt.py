@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Protocol
 
 from attnpack import abi
-from attnpack.builder.backends import register
+from attnpack.builder.backends import declared_kernel, register
 from attnpack.builder.compile import CompiledStep, CompileJob
 from attnpack.targets import target
 
@@ -73,11 +73,7 @@ class PrebuiltError(ValueError):
 
 
 def _kernel(job: CompileJob) -> PrebuiltKernel:
-    kernel = job.step.kernel
-    if not isinstance(kernel, PrebuiltKernel):
-        raise TypeError(f"{job.label}: the prebuilt backend takes PrebuiltKernel steps, got "
-                        f"{type(kernel).__name__}")
-    return kernel
+    return declared_kernel(job, PrebuiltKernel)
 
 
 def check_layout(job: CompileJob, image: bytes) -> None:

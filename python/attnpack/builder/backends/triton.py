@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from attnpack import abi
-from attnpack.builder.backends import params_at_image_offsets, register
+from attnpack.builder.backends import (declared_kernel, params_at_image_offsets,
+                                       register)
 from attnpack.builder.compile import CompiledStep, CompileJob
 from attnpack.targets import target
 
@@ -48,11 +49,7 @@ def gpu_target(arch: str):
 
 
 def _kernel(job: CompileJob) -> TritonKernel:
-    kernel = job.step.kernel
-    if not isinstance(kernel, TritonKernel):
-        raise TypeError(f"{job.label}: the triton backend compiles TritonKernel steps, got "
-                        f"{type(kernel).__name__}")
-    return kernel
+    return declared_kernel(job, TritonKernel)
 
 
 def source(job: CompileJob):
