@@ -9,7 +9,7 @@
 #
 # Usage: build_tools/install_flydsl.sh [PYTHON]   (default .venv/bin/python)
 # Environment: ATTNPACK_FLYDSL_ROCM_PATH (default ~/.cache/attnpack/flydsl-rocm).
-# Prints the ROCM_PATH folder on its last line; aot/kernels/flydsl_attn/toolchain.py finds the
+# Prints the ROCM_PATH folder on its last line; aot/kernels/flydsl_attn/backend.py (rocm_path) finds the
 # same folder by the same default.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # From a fresh machine to libattnpack plus the default bundle, verified:
-#   system packages -> .venv (torch, triton, build/test deps) -> cmake build -> inspect.
+#   system packages -> .venv (torch, triton, build/test deps) -> FlyDSL toolchain
+#   (build_tools/install_flydsl.sh) -> cmake build -> inspect.
 # No GPU needed. Re-running it is cheap: the compile cache keeps finished kernels.
 # Environment: ATTNPACK_TARGET_ARCHS (default: python/attnpack/targets.py's default set,
 # sm_90;gfx942;gfx950), BUILD_DIR (default build).
@@ -24,6 +25,9 @@ $PY -m pip install -q --upgrade pip >/dev/null
 # torch is pinned only when absent: a bare `torch` would pull a multi-GB CUDA build.
 $PY -c "import torch" 2>/dev/null || $PY -m pip install -q "torch==2.13.0"
 $PY -m pip install -q "triton==3.6.0" "numpy<2.4" "msgpack-cxx==7.0.0" -e ".[build,test]"
+# The flydsl family's compiler (build time only): flydsl (needs torch, installed above), Debian's
+# lld-19 as its linker under a private ROCM_PATH, llvm-22's objdump for the gfx950 checks.
+bash build_tools/install_flydsl.sh "$PY" >/dev/null
 
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DPython3_EXECUTABLE="$PWD/$PY" -DATTNPACK_TARGET_ARCHS="$ARCHS"

@@ -1,24 +1,21 @@
-"""Import aot/kernels/flydsl_attn as a package (it has no family.py yet, so the builder does
-not load it): `flydsl_attn()` returns the package, with `.tiles`, `.model`, `.backend`."""
+"""The flydsl family folder (aot/kernels/flydsl_attn), loaded the way the builder loads it
+(attnpack.family.load_family), so tests and builds share one package and one registered
+backend: `flydsl_attn()` returns the package, with `.tiles`, `.model`, `.backend`, `.family`."""
 import importlib
-import importlib.util
 import sys
 from pathlib import Path
 
 FOLDER = Path(__file__).resolve().parents[2] / "aot" / "kernels" / "flydsl_attn"
-PKG = "attnpack_kernels_flydsl_attn_tests"
 
 
 def flydsl_attn():
-    if PKG not in sys.modules:
-        spec = importlib.util.spec_from_file_location(PKG, FOLDER / "__init__.py",
-                                                      submodule_search_locations=[str(FOLDER)])
-        package = importlib.util.module_from_spec(spec)
-        sys.modules[PKG] = package
-        spec.loader.exec_module(package)
-    pkg = sys.modules[PKG]
-    for name in ("tiles", "model", "backend"):
-        setattr(pkg, name, importlib.import_module(f"{PKG}.{name}"))
+    from attnpack.family import load_family
+    spec = load_family(FOLDER)
+    package = spec.steps.__module__.rsplit(".", 1)[0]
+    pkg = sys.modules[package]
+    for name in ("tiles", "model", "backend", "family"):
+        setattr(pkg, name, importlib.import_module(f"{package}.{name}"))
+    pkg.SPEC = spec
     return pkg
 
 

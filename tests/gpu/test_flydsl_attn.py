@@ -100,26 +100,22 @@ def hip():
     return Hip()
 
 
-@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
-@pytest.mark.parametrize("D", [64, 128])
-@pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("B,Hq,Hkv,Sq,Sk", SHAPES)
-def test_forward_matches_math_sdpa(hip, dtype, D, causal, B, Hq, Hkv, Sq, Sk):
-    fa = flydsl_attn()
-    obj = fa.backend.compile_forward("gfx950", dtype, D, causal, {})
-    tdt = torch.bfloat16 if dtype == "bf16" else torch.float16
-    torch.manual_seed(B * 1000 + Sq + Sk)
-    q = torch.randn(B, Hq, Sq, D, device="cuda", dtype=tdt)
-    k = torch.randn(B, Hkv, Sk, D, device="cuda", dtype=tdt)
-    v = torch.randn(B, Hkv, Sk, D, device="cuda", dtype=tdt)
+def launch(hip, q, k, v, causal, scale):
+    """(o, lse) of the FlyDSL forward for these tensors (views allowed), poisoned beforehand."""
+    dtype = "bf16" if q.dtype == torch.bfloat16 else "fp16"
+    obj = flydsl_attn().backend.compile_forward("gfx950", dtype, q.shape[-1], causal, {})
+    B, Hq, Sq, _ = q.shape
     o = torch.full_like(q, float("nan"))
     lse = torch.full((B, Hq, Sq), float("nan"), device="cuda", dtype=torch.float32)
-    scale = D ** -0.5
     fn = hip.function(obj.image, obj.entry)
-    hip.launch(fn, grid_of(obj, B, Hq, Sq, Sk), obj.block, 0, pack(obj, q, k, v, o, lse, scale),
-               torch.cuda.current_stream().cuda_stream)
+    hip.launch(fn, grid_of(obj, B, Hq, Sq, k.shape[2]), obj.block, 0,
+               pack(obj, q, k, v, o, lse, scale), torch.cuda.current_stream().cuda_stream)
     torch.cuda.synchronize()
+    return o, lse
 
+
+def reference(q, k, v, causal, scale):
+    Hq, Hkv, Sq, Sk = q.shape[1], k.shape[1], q.shape[2], k.shape[2]
     qf, kf, vf = (t.float() for t in (q, k, v))
     with torch.nn.attention.sdpa_kernel(torch.nn.attention.SDPBackend.MATH):
         ref = F.scaled_dot_product_attention(qf, kf, vf, is_causal=causal, scale=scale,
@@ -127,8 +123,58 @@ def test_forward_matches_math_sdpa(hip, dtype, D, causal, B, Hq, Hkv, Sq, Sk):
     s = qf @ kf.repeat_interleave(Hq // Hkv, 1).transpose(-1, -2) * scale
     if causal:
         s = s.masked_fill(torch.ones(Sq, Sk, dtype=torch.bool, device="cuda").triu(1), float("-inf"))
-    ref_lse = torch.logsumexp(s, -1)
-    tol = 2e-2 if dtype == "bf16" else 4e-3
+    return ref, torch.logsumexp(s, -1)
+
+
+def check(o, lse, ref, ref_lse, dtype):
+    tol = 2e-2 if dtype == torch.bfloat16 else 4e-3
     assert not o.isnan().any() and not lse.isnan().any()
     assert (o.float() - ref).abs().max().item() < tol
     assert (lse - ref_lse).abs().max().item() < 1e-3
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+@pytest.mark.parametrize("D", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("B,Hq,Hkv,Sq,Sk", SHAPES)
+def test_forward_matches_math_sdpa(hip, dtype, D, causal, B, Hq, Hkv, Sq, Sk):
+    tdt = torch.bfloat16 if dtype == "bf16" else torch.float16
+    torch.manual_seed(B * 1000 + Sq + Sk)
+    q = torch.randn(B, Hq, Sq, D, device="cuda", dtype=tdt)
+    k = torch.randn(B, Hkv, Sk, D, device="cuda", dtype=tdt)
+    v = torch.randn(B, Hkv, Sk, D, device="cuda", dtype=tdt)
+    scale = D ** -0.5
+    o, lse = launch(hip, q, k, v, causal, scale)
+    check(o, lse, *reference(q, k, v, causal, scale), tdt)
+
+
+BIG_HEADS, BIG_SEQ = 64, 131072 + 300   # BSHD, 64 heads of 128: one head spans > 2 GiB
+
+
+@pytest.mark.parametrize("long_side", ["queries", "keys"])
+def test_a_head_spanning_more_than_2_gib(hip, long_side):
+    """Buffer offsets are 32-bit: the kernel bases its resources at each wave's rows and each
+    KV tile (fwd.py, "64-bit heads, 32-bit offsets"). Head 63 of a 128k-token BSHD tensor with
+    64 heads of 128 starts 16 KiB in and ends past 2 GiB."""
+    torch.manual_seed(3)
+    D, short = 128, 300
+    big = lambda: torch.randn(1, BIG_SEQ, BIG_HEADS, D, device="cuda", dtype=torch.bfloat16)
+    small = lambda: torch.randn(1, 1, short, D, device="cuda", dtype=torch.bfloat16)
+    if long_side == "queries":
+        q, k, v = big()[:, :, -1:].transpose(1, 2), small(), small()
+    else:
+        q, k, v = small(), big()[:, :, -1:].transpose(1, 2), big()[:, :, -1:].transpose(1, 2)
+    assert (q if long_side == "queries" else k).stride(2) * BIG_SEQ * 2 > 2**31
+    o, lse = launch(hip, q, k, v, True, D ** -0.5)
+    check(o, lse, *reference(q, k, v, True, D ** -0.5), torch.bfloat16)
+
+
+def test_a_row_stride_past_the_offset_range_gives_nan(hip):
+    """stride_s >= 2^24 elements: the kernel cannot address 64 rows in 31 bits; it makes the
+    scale NaN, so the output is NaN, never quietly wrong (docs/flydsl-family.md)."""
+    D, S = 128, 70
+    wide = torch.randn(1, S, (1 << 24) // D, D, device="cuda", dtype=torch.bfloat16)
+    k = wide[:, :, :1].transpose(1, 2)                      # stride_s = 2^24
+    q = torch.randn(1, 1, S, D, device="cuda", dtype=torch.bfloat16)
+    o, lse = launch(hip, q, k, k, False, D ** -0.5)
+    assert o.isnan().all() and lse.isnan().all()

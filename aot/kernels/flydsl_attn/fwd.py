@@ -28,6 +28,13 @@ head's last row, so rows past Sq or Sk read as 0 and their stores are dropped; s
 past Sk, and under causal (top-left: key k visible to query q iff k <= q) keys past the row, are
 set to -inf before the softmax.
 
+64-bit heads, 32-bit offsets. Buffer offsets are 32-bit, so a resource never spans a whole head
+(a 128k-token BSHD head with 64 heads of 128 is 2 GiB): each one starts at the first row it
+serves, computed in 64 bits: a wave's 32 query rows for Q, O and LSE, one KV tile for K and V.
+Offsets inside then stay below 64 rows x stride_s. That holds for stride_s < 2^24 elements
+(32 MiB between sequence positions); beyond it the softmax scale is made NaN, so such a problem
+gives NaN, never quietly wrong numbers.
+
 Semantics follow the triton family: GQA by head index (kv head = h // (Hq // Hkv)); LSE is the
 natural-log log-sum-exp, float32, contiguous [B, Hq, Sq].
 """
@@ -46,6 +53,7 @@ from . import tiles
 # make_buffer_ptr sets it; raw (stride 0) buffers range-check each access against num_records.
 _BUFFER_FLAGS = (7 << 12) | (4 << 15)
 _DYNAMIC = -2147483648  # llvm.getelementptr: the index is an SSA operand
+_MAX_ROW_STRIDE = 1 << 24  # elements; see "64-bit heads, 32-bit offsets"
 
 
 def _raw(v):
@@ -158,22 +166,26 @@ def build_forward(dtype: str, head_dim: int, causal: bool, config: dict):
         my_row = row0 + col
         lane_in_group = tid % GROUP_THREADS
 
-        def head_rsrc(tensor, bi, hi, sb, sh, ss, rows):
-            """Buffer resource over one head's rows [0, rows): loads past the end read 0 and
-            stores past it are dropped, which is how tails are masked."""
+        def rows_rsrc(tensor, bi, hi, sb, sh, ss, rows, first):
+            """Buffer resource over rows [first, rows) of one head, based at row `first` (64-bit
+            address arithmetic): loads past the end read 0 and stores past it are dropped,
+            which is how tails are masked."""
             base = fx.get_iter(tensor).llvm_ptr
-            head = fx.Int64(bi) * sb + fx.Int64(hi) * sh
-            p = llvm.GEPOp(llvm.PointerType.get(1), base, [_raw(head)], [_DYNAMIC], elem, None).result
-            extent = (fx.Int64(rows) - 1) * ss + D
-            extent = (extent > 0).select(extent, fx.Int64(0)) * tiles.ELEM_BYTES
+            at = fx.Int64(bi) * sb + fx.Int64(hi) * sh + fx.Int64(first) * ss
+            p = llvm.GEPOp(llvm.PointerType.get(1), base, [_raw(at)], [_DYNAMIC], elem, None).result
+            extent = (fx.Int64(rows) - fx.Int64(first) - 1) * ss + D
+            extent = (fx.Int64(rows) > fx.Int64(first)).select(extent, fx.Int64(0)) * tiles.ELEM_BYTES
             extent = (extent < 0x7FFFFFFF).select(extent, fx.Int64(0x7FFFFFFF))
             return rocdl.make_buffer_rsrc(ptr8, p, _raw(fx.Int16(0)), _raw(extent), _i32(_BUFFER_FLAGS))
 
-        q_rsrc = head_rsrc(Q, b, h, q_sb, q_sh, q_ss, Sq)
-        k_rsrc = head_rsrc(K, b, h_kv, k_sb, k_sh, k_ss, Sk)
-        v_rsrc = head_rsrc(V, b, h_kv, v_sb, v_sh, v_ss, Sk)
-        o_rsrc = head_rsrc(O, b, h, o_sb, o_sh, o_ss, Sq)
+        # Q, O and LSE resources start at this wave's first query row, row0
+        q_rsrc = rows_rsrc(Q, b, h, q_sb, q_sh, q_ss, Sq, row0)
+        o_rsrc = rows_rsrc(O, b, h, o_sb, o_sh, o_ss, Sq, row0)
         q_ss32, k_ss32, v_ss32, o_ss32 = (fx.Int32(s) for s in (q_ss, k_ss, v_ss, o_ss))
+        # stride_s < 2^24 keeps every in-resource offset (< 64 rows) within 31 bits
+        widest = _tree([fx.Int64(s) for s in (q_ss, k_ss, v_ss, o_ss)],
+                       lambda a, c: (a > c).select(a, c))
+        scale_ok = widest < _MAX_ROW_STRIDE
 
         def load16(rsrc, byte_offset):
             return rocdl.raw_ptr_buffer_load(v4i32, rsrc, _raw(byte_offset), _i32(0))
@@ -199,13 +211,16 @@ def build_forward(dtype: str, head_dim: int, causal: bool, config: dict):
             return tiles.kv_chunk(lane_in_group, group, r, D, cfg)
 
         def fetch_kv(tile):
-            """This lane's share of K/V tile `tile`, global -> registers, as one i32 vector."""
+            """This lane's share of K/V tile `tile`, global -> registers, as one i32 vector.
+            The resources start at the tile's first key."""
+            first = tile * BLOCK_N
+            k_rsrc = rows_rsrc(K, b, h_kv, k_sb, k_sh, k_ss, Sk, first)
+            v_rsrc = rows_rsrc(V, b, h_kv, v_sb, v_sh, v_ss, Sk, first)
             parts = []
             for r in range_constexpr(LOADS):
                 row, byte_col = kv_chunk(r)
-                key = tile * BLOCK_N + row
-                parts.append(load16(k_rsrc, key * k_ss32 * tiles.ELEM_BYTES + byte_col))
-                parts.append(load16(v_rsrc, key * v_ss32 * tiles.ELEM_BYTES + byte_col))
+                parts.append(load16(k_rsrc, row * k_ss32 * tiles.ELEM_BYTES + byte_col))
+                parts.append(load16(v_rsrc, row * v_ss32 * tiles.ELEM_BYTES + byte_col))
             return _join(parts)
 
         def store_kv(tile, regs):
@@ -264,7 +279,7 @@ def build_forward(dtype: str, head_dim: int, causal: bool, config: dict):
         key_offsets = [nb * tiles.MFMA_M + tiles.acc_row(0, e)
                        for nb in range(N_KEY_BLOCKS) for e in range(16)]
         neg_inf = arith.constant(f32, float("-inf"))
-        scale = _raw(sm_scale_log2)
+        scale = arith.select(_raw(scale_ok), _raw(sm_scale_log2), arith.constant(f32, float("nan")))
 
         def swap_halves(x):
             """The value lane l ^ 32 holds (ds_bpermute)."""
@@ -299,7 +314,7 @@ def build_forward(dtype: str, head_dim: int, causal: bool, config: dict):
         # ---- prologue: Qᵀ into registers, K/V tiles 0 and 1 into LDS
         q_regs = []
         for c in range_constexpr(N_QK_STEPS):
-            at = (my_row * q_ss32 + tiles.q_operand_col(lane, c)) * tiles.ELEM_BYTES
+            at = (col * q_ss32 + tiles.q_operand_col(lane, c)) * tiles.ELEM_BYTES
             q_regs.append(vector.bitcast(v8e, load16(q_rsrc, at)))
         first = fetch_kv(0)
         second = fetch_kv(1)
@@ -357,7 +372,7 @@ def build_forward(dtype: str, head_dim: int, causal: bool, config: dict):
         inv_l = arith.divf(arith.constant(f32, 1.0), l_total)
         acc = arith.mulf(_raw(acc), vector.broadcast(_f32_vec(16 * N_D_BLOCKS), inv_l))
         out = arith.truncf(ir.VectorType.get([16 * N_D_BLOCKS], elem), acc)
-        o_row = my_row * o_ss32 * tiles.ELEM_BYTES
+        o_row = col * o_ss32 * tiles.ELEM_BYTES
         for db in range_constexpr(N_D_BLOCKS):
             for band in range_constexpr(4):  # accumulator rows 8·band + 4h .. +3: 4 adjacent head dims
                 d0 = db * tiles.MFMA_M + tiles.acc_row(lane, 4 * band)
@@ -365,11 +380,13 @@ def build_forward(dtype: str, head_dim: int, causal: bool, config: dict):
                 rocdl.raw_ptr_buffer_store(piece, o_rsrc, _raw(o_row + d0 * tiles.ELEM_BYTES),
                                            _i32(0))
         lse = arith.mulf(arith.addf(_raw(m_i), rocdl.log(f32, l_total)), arith.constant(f32, tiles.LN2))
+        lse_row0 = fx.Int64(bh) * fx.Int64(Sq) + fx.Int64(row0)
         lse_base = llvm.GEPOp(llvm.PointerType.get(1), LSE.llvm_ptr,
-                              [_raw(fx.Int64(bh) * fx.Int64(Sq))], [_DYNAMIC], f32, None).result
+                              [_raw(lse_row0)], [_DYNAMIC], f32, None).result
+        lse_rows = (Sq > row0).select(Sq - row0, 0)
         lse_rsrc = rocdl.make_buffer_rsrc(ptr8, lse_base, _raw(fx.Int16(0)),
-                                          _raw(fx.Int64(Sq) * 4), _i32(_BUFFER_FLAGS))
-        rocdl.raw_ptr_buffer_store(lse, lse_rsrc, _raw(my_row * 4), _i32(0))
+                                          _raw(fx.Int64(lse_rows) * 4), _i32(_BUFFER_FLAGS))
+        rocdl.raw_ptr_buffer_store(lse, lse_rsrc, _raw(col * 4), _i32(0))
 
     @flyc.jit
     def launch(q: fx.Tensor, k: fx.Tensor, v: fx.Tensor, o: fx.Tensor, lse: fx.Pointer,
