@@ -30,6 +30,10 @@ SIZES = ("B", "Hq", "Hkv", "Sq", "Sk")
 # last extent is D, beside the descriptor); never a grid factor or workspace size.
 HEAD_DIM = "D"
 
+# Workspace buffer extents: the sizes, and the head dim (a per-row buffer such as an fp32
+# dQ accumulator [B, Hq, Sq, D]).
+WORKSPACE_SIZES = SIZES + (HEAD_DIM,)
+
 # Float scalars: the softmax scale and the same scale times log2(e) (kernels use exp2).
 FLOATS = ("sm_scale", "sm_scale_log2")
 

@@ -111,7 +111,10 @@ class FamilySpec:
     # provenance: "license" and "origin" at least (the index and NOTICE carry them)
     provenance: Mapping[str, str]
     excluded: Callable[[str, str, FunctionalKey, Mapping[str, Any]], str | None] = lambda *a: None
-    workspace: Mapping[str, tuple[Workspace, ...]] = field(default_factory=dict)
+    # op -> buffers; or a function (arch, op, key, config) -> buffers, for families whose
+    # variants of one op need different workspace (the gluon backward's dQ accumulator)
+    workspace: Mapping[str, tuple[Workspace, ...]] | Callable[..., tuple[Workspace, ...]] = \
+        field(default_factory=dict)
     # Before a tuning database decides, the family with the lowest priority that declares a
     # functional key serves it (`default_variant`: the builder and `db seed` share the rule);
     # equal priorities are a build error. A family meant to serve only where tuning picks it
@@ -150,9 +153,14 @@ class FamilySpec:
 
     def variant(self, arch: str, op: str, key: FunctionalKey, config: Mapping[str, Any]) -> Variant:
         steps = self.steps(arch, op, key, config)
-        workspace = self.workspace.get(op, ())
+        workspace = (self.workspace(arch, op, key, config) if callable(self.workspace)
+                     else self.workspace.get(op, ()))
         ws_names = tuple(w.name for w in workspace)
         vendor = target(arch).vendor
+        for w in workspace:
+            if not set(w.shape) <= set(abi.WORKSPACE_SIZES):
+                raise KeyError(f"{self.name}: workspace {w.name} shape {w.shape} has words "
+                               f"outside abi.WORKSPACE_SIZES {abi.WORKSPACE_SIZES}")
         for step in steps:
             for m in step.tensormaps:
                 if m.tensor not in abi.TENSORS:

@@ -32,7 +32,8 @@ def grid_extent(grid, sizes: Mapping[str, int]) -> tuple[int, int, int]:
 
 
 def workspace_tensors(variant: Variant, sizes: Mapping[str, int], device) -> dict[str, torch.Tensor]:
-    return {w.name: torch.empty([sizes[s] for s in w.shape], dtype=torch.float32, device=device)
+    extents = {**sizes, abi.HEAD_DIM: variant.key.head_dim}
+    return {w.name: torch.empty([extents[s] for s in w.shape], dtype=torch.float32, device=device)
             for w in variant.workspace}
 
 

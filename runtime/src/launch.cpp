@@ -301,7 +301,7 @@ KernelPlan plan_kernel(const Archive& archive, const KernelRecord& kernel) {
   for (const WorkspaceRecord& buffer : kernel.workspace) {
     std::vector<SizeId> shape;
     for (const std::string& word : buffer.shape) {
-      int size = find_word(kSizeWords, kSk + 1, word);
+      int size = word == "D" ? int(kWorkspaceHeadDim) : find_word(kSizeWords, kSk + 1, word);
       if (size < 0) {
         plan.defect = "workspace " + buffer.name + " has size word '" + word +
                       "', which is not in this runtime's vocabulary — update the runtime";
@@ -360,7 +360,9 @@ WorkspaceLayout layout_workspace(const KernelPlan& plan, const Problem& problem)
     offset = align_up(offset, kWorkspaceAlign);
     layout.buffer_offsets.push_back(offset);
     uint64_t bytes = sizeof(float);
-    for (SizeId size : shape) bytes = checked_multiply(bytes, uint64_t(problem.sizes[size]), "the workspace size");
+    for (SizeId size : shape) {
+      bytes = checked_multiply(bytes, uint64_t(workspace_extent(problem, size)), "the workspace size");
+    }
     offset += bytes;
   }
   // One scratch region, shared by the steps: they run one after another on one stream.
@@ -425,7 +427,7 @@ TensorMapEncode tensormap_arguments(const TensorMapPlan& map, const KernelPlan& 
       break;
     case BufferRef::Workspace: {
       const std::vector<SizeId>& shape = plan.workspace_shapes[map.buffer.index];
-      for (size_t i = 0; i < shape.size(); ++i) extents[i] = problem.sizes[shape[i]];
+      for (size_t i = 0; i < shape.size(); ++i) extents[i] = workspace_extent(problem, shape[i]);
       encode.rank = uint32_t(shape.size());
       encode.address = buffers.workspace[map.buffer.index];
       encode.data_type = 7;

@@ -71,10 +71,18 @@ struct StepPlan {
   bool grid_uses_num_sms = false;
 };
 
+// A workspace extent may also be the head dim ("D": an fp32 dQ accumulator [B, Hq, Sq, D]);
+// it takes the first id past the size words, which no grid factor uses.
+constexpr SizeId kWorkspaceHeadDim = SizeId(kNumSizeWords);
+inline int64_t workspace_extent(const Problem& problem, SizeId id) {
+  return id == kWorkspaceHeadDim ? int64_t(problem.head_dim) : problem.sizes[id];
+}
+
 struct KernelPlan {
   const KernelRecord* record = nullptr;
   std::vector<StepPlan> steps;
-  std::vector<std::vector<SizeId>> workspace_shapes;  // per declared buffer
+  // Per declared buffer: its extents, each a SizeId or kWorkspaceHeadDim (the word "D").
+  std::vector<std::vector<SizeId>> workspace_shapes;
   bool uses_tensor[kNumTensors] = {};
   bool uses_lse = false;
   bool scratch_needs_num_sms = false;  // workspace size depends on the device

@@ -32,7 +32,7 @@ def gluon_archive(tmp_path_factory):
     with the checked-in tuning database present (its triton entries are filtered out, not an error)."""
     out = tmp_path_factory.mktemp("gluon")
     req = BuildRequest(archs=("sm_90",), out_dir=out, all_variants=True, families=("gluon",),
-                       dtypes=("bf16",), head_dims=(128,), jobs=2,
+                       ops=("fwd",), dtypes=("bf16",), head_dims=(128,), jobs=2,
                        cache_dir=tmp_path_factory.mktemp("cache"))
     [path] = build_archives(req)
     return path
@@ -42,7 +42,7 @@ def test_archive_verifies_with_no_problems(gluon_archive):
     ar, problems, warnings = verify_archive(gluon_archive)
     assert problems == [] and warnings == []
     declared = [v.name for v in load_families()["gluon"].all_variants("sm_90")
-                if v.key.dtype == "bf16" and v.key.head_dim == 128]
+                if v.op == "fwd" and v.key.dtype == "bf16" and v.key.head_dim == 128]
     # 12 configs, causal and full, less the persistent N128 3-stage one, whose 256 KiB of shared
     # memory sm_90 does not have
     assert sorted(k["name"] for k in ar.kernels) == sorted(declared) and len(declared) == 22
@@ -91,7 +91,7 @@ def test_gluon_is_never_a_default():
     everything, _ = plan_variants(BuildRequest(archs=("sm_90",), out_dir=None, all_variants=True),
                                   "sm_90", families)
     # 12 configs x 8 keys, less the persistent N128 3-stage one at head dim 128 (4 keys)
-    assert len([v for v in everything if v.family == "gluon"]) == 92
+    assert len([v for v in everything if v.family == "gluon" and v.op == "fwd"]) == 92
 
 
 def _expected_args(step: dict, values: dict) -> bytes:

@@ -1,8 +1,10 @@
-"""The Gluon dual-wave (ping-pong) forward for sm_90: its launch step and declared variant space.
+"""The Gluon family for sm_90: the dual-wave (ping-pong) forward and the warp-specialized
+backward, their launch steps and declared variant spaces.
 
-Run and measured on the H200 (docs/gluon-family.md). The family has priority 1000, so it is
-never a family default: it serves where the tuning database picks it (141 of the 176 sm_90
-forward keys), with the triton default behind it for inputs a TMA descriptor cannot take.
+Run and measured on the H200 (docs/gluon-family.md, docs/gluon-bwd.md). The family has
+priority 1000, so it is never a family default: it serves where the tuning database picks it
+(141 of the 176 sm_90 forward keys; no backward key yet), with the triton default behind it for
+inputs a TMA descriptor cannot take.
 
 Config knobs:
   M           query rows per consumer warpgroup (a work tile is 2 * M rows)
@@ -12,15 +14,27 @@ Config knobs:
               absent: the plain ping-pong, which waits for both GEMMs first
   persistent  1: one program per SM strides over the work tiles, O has its own shared buffer;
               absent: one program per work tile
+
+The backward (bwd.py), three launches per variant. Config knobs:
+  M           query rows per dK/dV step (the dK/dV program owns 128 keys, 64 per consumer)
+  stages      depth of the dK/dV kernel's (Q, dO) ring, and of the dQ kernel's K/V ring
+  det         0: fast. dQ is added with fp32 atomics into a workspace accumulator that the
+                 preprocess zeroes, then converted: its bits depend on the order programs finish.
+              1: deterministic. A separate dQ kernel sums each query block's dQ in registers,
+                 so every run gives the same bits.
+  qN          (det 1) key rows per K/V tile of the dQ kernel
+  qS          (det 1) the dQ kernel's K/V ring depth, where it differs from `stages`
 """
 import inspect
 
 from triton.experimental.gluon import language as gl
 
 from attnpack.builder.backends.triton import TritonKernel
-from attnpack.family import FamilySpec, FunctionalKey, Step, TensorMap
+from attnpack.family import FamilySpec, FunctionalKey, Step, TensorMap, Workspace
 from attnpack.targets import TARGETS
 
+from .bwd import (attn_bwd_dkdv, attn_bwd_dkdv_dq_atomic, attn_bwd_dq, attn_bwd_dq_convert,
+                  attn_bwd_preprocess)
 from .fwd import attn_fwd_pingpong
 
 SHARED_MEMORY_BYTES = TARGETS["sm_90"].shared_bytes
@@ -42,10 +56,31 @@ FWD_CONFIGS = (
     {"M": 64, "N": 64, "stages": 2, "overlap": 1, "persistent": 1},
 )
 
+# Backward. The dK/dV program owns 128 keys (64 per consumer warpgroup) and steps M query
+# rows at a time; det 1 adds the dQ kernel, whose program owns 128 query rows and steps qN keys.
+BWD_CONFIGS = (
+    {"M": 64, "stages": 2, "det": 0},
+    {"M": 64, "stages": 3, "det": 0},
+    {"M": 64, "stages": 2, "det": 1, "qN": 64},
+    {"M": 64, "stages": 3, "det": 1, "qN": 64},
+    {"M": 64, "stages": 2, "det": 1, "qN": 128},
+    {"M": 64, "stages": 3, "det": 1, "qN": 128, "qS": 2},
+)
+# fp32 registers per consumer thread: accumulators (dK + dV, or dQ) plus the two score tiles
+# (Sᵀ and dPᵀ, or S and dP). Above this ptxas spills at 240 registers a thread.
+BWD_MAX_FP32_REGS = 192
+# Rows per program of the preprocess (Δ, zeroing) and convert kernels: memory-bound, small.
+BWD_ROWS_PER_PROGRAM = 64
+BWD_KEYS_PER_PROGRAM = 128   # dK/dV: 64 per consumer (bwd.HALF_N)
+BWD_QUERIES_PER_PROGRAM = 128  # dQ: 64 per consumer
+
 # setmaxnreg per partition: the loader needs few registers, which frees them for the two
 # consumer warpgroups (accumulator M x D plus scores M x N fp32 over 128 threads each).
 CONSUMER_REGS = 232
 LOAD_REGS = 40
+# The backward's consumers hold two [64, D] fp32 accumulators (dK, dV) besides the scores.
+BWD_CONSUMER_REGS = 240
+BWD_LOAD_REGS = 24
 
 
 def _runtime_args(kernel) -> tuple[str, ...]:
@@ -59,7 +94,7 @@ def _tensor_map(name: str, tensor: str, rows: int, key: FunctionalKey) -> Tensor
     return TensorMap(name=name, tensor=tensor, block=block, layout=layout)
 
 
-def steps(arch: str, op: str, key: FunctionalKey, config) -> tuple[Step, ...]:
+def _fwd_steps(key: FunctionalKey, config) -> tuple[Step, ...]:
     m, n = config["M"], config["N"]
     maps = (_tensor_map("q_desc", "q", m, key), _tensor_map("k_desc", "k", n, key),
             _tensor_map("v_desc", "v", n, key), _tensor_map("o_desc", "o", m, key))
@@ -80,36 +115,120 @@ def steps(arch: str, op: str, key: FunctionalKey, config) -> tuple[Step, ...]:
                  kernel=TritonKernel(attn_fwd_pingpong, constexprs, num_warps=4, num_stages=1)),)
 
 
-def shared_memory_bytes(head_dim: int, config) -> int:
-    """Two Q tiles (reused for O unless persistent, which has two O tiles of its own) and
-    `stages` K and V tiles, 16-bit, plus barriers."""
-    rows = (4 if config.get("persistent") else 2) * config["M"] + 2 * config["stages"] * config["N"]
-    return 2 * head_dim * rows + 1024
+def _step(name, kernel, words, grid, constexprs, maps=()) -> Step:
+    args = tuple(words.get(a, a) for a in _runtime_args(kernel))
+    return Step(name=name, args=args, grid=grid, tensormaps=maps, kernel=TritonKernel(
+        kernel, constexprs, num_warps=4, num_stages=1,
+        # strides of plain-pointer tensors are multiples of 16 elements for every head dim
+        # served; the runtime checks the promise and falls back otherwise
+        divisible_by_16=tuple(a for a in args if "_stride_" in a)))
+
+
+def _bwd_steps(key: FunctionalKey, config) -> tuple[Step, ...]:
+    """preprocess, dK/dV (with the atomic dQ when fast), then convert (fast) or dQ (det)."""
+    d, m, det = key.head_dim, config["M"], bool(config["det"])
+    rows = BWD_ROWS_PER_PROGRAM
+    per_q_rows = ((("Sq", rows),), (("B", 1), ("Hq", 1)), ())
+    regs = {"CONSUMER_REGS": BWD_CONSUMER_REGS, "LOAD_REGS": BWD_LOAD_REGS}
+    # The deterministic variant declares no accumulator; its preprocess gets delta in that
+    # slot and never writes it (ZERO_DQ is off).
+    pre_words = {"dq_accum": "delta" if det else "dq_accum"}
+    preprocess = _step("bwd_preprocess", attn_bwd_preprocess, pre_words, per_q_rows,
+                       {"HEAD_DIM": d, "BLOCK_M": rows, "ZERO_DQ": not det})
+    dkdv_maps = (_tensor_map("q_desc", "q", m, key), _tensor_map("k_desc", "k", 64, key),
+                 _tensor_map("v_desc", "v", 64, key), _tensor_map("do_desc", "do", m, key))
+    dkdv_words = {"lse_ptr": "lse", "delta_ptr": "delta", "qk_scale": "sm_scale_log2"}
+    dkdv_grid = ((("Sk", BWD_KEYS_PER_PROGRAM),), (("B", 1), ("Hkv", 1)), ())
+    dkdv_consts = {"BLOCK_M": m, "HEAD_DIM": d, "STAGES": config["stages"],
+                   "CAUSAL": key.causal, **regs}
+    dkdv = _step("bwd_dkdv", attn_bwd_dkdv if det else attn_bwd_dkdv_dq_atomic, dkdv_words,
+                 dkdv_grid, dkdv_consts, dkdv_maps)
+    if not det:
+        convert = _step("bwd_dq_convert", attn_bwd_dq_convert, {}, per_q_rows,
+                        {"HEAD_DIM": d, "BLOCK_M": rows})
+        return preprocess, dkdv, convert
+    n = config["qN"]
+    dq_maps = (_tensor_map("q_desc", "q", 64, key), _tensor_map("k_desc", "k", n, key),
+               _tensor_map("v_desc", "v", n, key), _tensor_map("do_desc", "do", 64, key),
+               _tensor_map("dq_desc", "dq", 64, key))
+    dq_grid = ((("Sq", BWD_QUERIES_PER_PROGRAM),), (("B", 1), ("Hq", 1)), ())
+    dq = _step("bwd_dq", attn_bwd_dq, dkdv_words, dq_grid,
+               {"BLOCK_N": n, "HEAD_DIM": d, "STAGES": config.get("qS", config["stages"]),
+                "CAUSAL": key.causal, **regs}, dq_maps)
+    return preprocess, dkdv, dq
+
+
+def steps(arch: str, op: str, key: FunctionalKey, config) -> tuple[Step, ...]:
+    return _fwd_steps(key, config) if op == "fwd" else _bwd_steps(key, config)
+
+
+def bwd_workspace(arch: str, op: str, key: FunctionalKey, config) -> tuple[Workspace, ...]:
+    """Δ for both variants; the fast one adds dQ's fp32 accumulator, [B, Hq, Sq, D]."""
+    delta = Workspace("delta", ("B", "Hq", "Sq"))
+    if op != "bwd":
+        return ()
+    return (delta,) if config["det"] else (delta, Workspace("dq_accum", ("B", "Hq", "Sq", "D")))
+
+
+def shared_memory_bytes(head_dim: int, config, op: str = "fwd") -> int:
+    """16-bit tiles plus barriers. Forward: two Q tiles (reused for O unless persistent, which
+    has two O tiles of its own) and `stages` K and V tiles. Backward: the larger of the dK/dV
+    kernel (128 keys of K and V, `stages` Q and dO tiles, and two double-buffered dSᵀ tiles
+    when fast) and the dQ kernel (two Q and dO tiles, `stages` K and V tiles of qN keys)."""
+    if op == "fwd":
+        rows = (4 if config.get("persistent") else 2) * config["M"] + 2 * config["stages"] * config["N"]
+        return 2 * head_dim * rows + 1024
+    m, stages = config["M"], config["stages"]
+    dkdv = 2 * head_dim * (2 * BWD_KEYS_PER_PROGRAM + 2 * stages * m)
+    if not config["det"]:
+        dkdv += 2 * (2 * BWD_KEYS_PER_PROGRAM * m)
+    q_stages = config.get("qS", stages)
+    dq = 2 * head_dim * (4 * 64 + 2 * q_stages * config["qN"]) if config["det"] else 0
+    return max(dkdv, dq) + 1024
+
+
+def bwd_fp32_registers(head_dim: int, config) -> int:
+    """fp32 values per consumer thread (128 threads) held at the widest point of each kernel."""
+    dkdv = (2 * 64 * head_dim + 2 * 64 * config["M"]) // 128
+    dq = (64 * head_dim + 2 * 64 * config["qN"]) // 128 if config["det"] else 0
+    return max(dkdv, dq)
 
 
 def excluded(arch: str, op: str, key: FunctionalKey, config) -> str | None:
-    need = shared_memory_bytes(key.head_dim, config)
+    need = shared_memory_bytes(key.head_dim, config, op)
     if need > SHARED_MEMORY_BYTES:
         return f"needs {need // 1024} KiB shared memory; sm_90 has {SHARED_MEMORY_BYTES // 1024} KiB"
+    if op == "bwd" and bwd_fp32_registers(key.head_dim, config) > BWD_MAX_FP32_REGS:
+        return (f"{bwd_fp32_registers(key.head_dim, config)} fp32 accumulator/score registers "
+                f"per consumer thread would spill (limit {BWD_MAX_FP32_REGS})")
     return None
+
+
+def deterministic_backward(config) -> bool:
+    """Whether a backward variant gives bitwise-equal results run to run: det 1 sums each query
+    block's dQ in registers in a fixed order; the fast det 0 adds dQ with fp32 atomics in
+    whatever order programs finish."""
+    return bool(config["det"])
 
 
 def default_config(arch: str, op: str, key: FunctionalKey):
     # Never selected as a default (priority 1000); this only names the first config.
-    return FWD_CONFIGS[0]
+    return FWD_CONFIGS[0] if op == "fwd" else BWD_CONFIGS[0]
 
 
 SPEC = FamilySpec(
     name="gluon",
     backend="triton",
     archs=("sm_90",),
-    ops=("fwd",),
+    ops=("fwd", "bwd"),
     functional={"dtype": ("fp16", "bf16"), "head_dim": (64, 128), "causal": (False, True)},
-    configs={"fwd": FWD_CONFIGS},
+    configs={"fwd": FWD_CONFIGS, "bwd": BWD_CONFIGS},
+    workspace=bwd_workspace,
     steps=steps,
     default_config=default_config,
     excluded=excluded,
     priority=1000,
+    deterministic_backward=deterministic_backward,
     provenance={"license": "MIT", "origin": "attnpack (aot/kernels/gluon_attn), original code; "
                 "correct and timed on the H200 (docs/gluon-family.md)"},
 )

@@ -42,7 +42,7 @@ def _check_index(ar: Archive) -> list[str]:
             problems.append(f"{where}: dtype {key['dtype']!r} is not one of {abi.DTYPES}")
         ws = tuple(w["name"] for w in k["workspace"])
         for w in k["workspace"]:
-            bad = [s for s in w["shape"] if s not in abi.SIZES]
+            bad = [s for s in w["shape"] if s not in abi.WORKSPACE_SIZES]
             if bad:
                 problems.append(f"{where}: workspace {w['name']} has unknown size words {bad}")
         if not k["steps"]:

@@ -40,7 +40,7 @@ STANDARD_PAIRS = tuple((s, s) for s in SEQLEN_BOUNDS) + ((128, 4096), (1024, 819
 
 
 def standard_keys(ops=("fwd", "bwd"), dtypes=("bf16", "fp16"), head_dims=(64, 128),
-                  gqas=(1, 4), pairs=STANDARD_PAIRS) -> list[TuneKey]:
+                  gqas=(1, 2, 4, 8), pairs=STANDARD_PAIRS) -> list[TuneKey]:
     """The shipped grid: Sq = Sk over every bucket, plus short-query and prefix-like Sq != Sk.
 
     `pairs` are (Sq, Sk) in tokens; each key holds their buckets."""

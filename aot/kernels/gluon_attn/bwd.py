@@ -1,0 +1,709 @@
+"""Attention backward in Gluon for Hopper (sm_90): TMA, wgmma, mbarriers, warp specialization.
+
+Given the forward's O and natural-log LSE, and the upstream gradient dO, it computes
+
+    P  = exp(scale·QKᵀ − LSE)      dV = Pᵀ·dO        dP = dO·Vᵀ
+    dS = P ⊙ (dP − Δ), Δ = rowsum(dO ⊙ O)       dK = scale·dSᵀ·Q      dQ = scale·dS·K
+
+in three launches, in one of two variants (the `det` knob of family.py):
+
+    fast (det 0)           preprocess: Δ, and dQ's fp32 accumulator zeroed
+                           dK/dV kernel: dK, dV, and each tile's dQ share added with fp32 atomics
+                           convert: dQ = scale · accumulator, in the input dtype
+    deterministic (det 1)  preprocess: Δ
+                           dK/dV kernel: dK, dV only
+                           dQ kernel: one program per query block sums its dQ in registers
+
+The atomics make the fast variant's dQ depend on the order programs finish in; the
+deterministic one recomputes P and dP in the dQ kernel (7 GEMMs per tile pair instead of 5)
+and gives bitwise-equal results from run to run.
+
+dK/dV kernel, one program per 128 keys of one (batch, kv head), three partitions:
+
+    load       1 warp    TMA: the two 64-key halves of K and V once, then (Q, dO) tiles of
+                         every query head of the GQA group into a STAGES-deep ring
+    consumer0  4 warps   keys [n0, n0 + 64)        (the default partition)
+    consumer1  4 warps   keys [n0 + 64, n0 + 128)
+
+Each consumer works in the transposed frame (keys on rows), so Pᵀ and dSᵀ come out of their
+wgmma accumulators already shaped as the register A operand of dV += Pᵀ·dO and dK += dSᵀ·Q:
+neither touches shared memory. Only dQ = dS·K needs both consumers' dSᵀ, so each stores its
+half into a double-buffered shared tile and the pair meets on an mbarrier; then each consumer
+computes half of dQ's columns (head dim 128) or the whole of it on alternate tiles (head dim
+64, whose 64-column rows cannot be split inside one 128-byte swizzle atom), and adds it to the
+fp32 accumulator with relaxed atomics.
+
+dQ kernel (deterministic variant), one program per 128 query rows, shaped like the forward:
+a load warp streams K/V tiles through a ring; each consumer owns 64 query rows, recomputes
+S = Q·Kᵀ and dP = dO·Vᵀ, and accumulates dQ += dS·K with dS as a register operand. The GEMM
+of tile j runs behind the QKᵀ and dO·Vᵀ of tile j + 1.
+
+Masks: rows past Sq load as zeros (TMA) with LSE = +inf, so P = 0 there with no mask; only
+tiles that cross the causal diagonal, or hold keys past Sk, are masked. Causal is top-left, as
+the forward's: key k is visible to query q iff k <= q. A key block's programs skip the query
+tiles above its diagonal; a query block's programs stop at its last visible key tile.
+"""
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma,
+                                                              warpgroup_mma, warpgroup_mma_init,
+                                                              warpgroup_mma_wait)
+from triton.language.core import _aggregate as aggregate
+
+LOG2E = gl.constexpr(1.4426950408889634)  # the forward's LSE is natural-log; P uses exp2
+HALF_N = gl.constexpr(64)                  # keys per dK/dV consumer (one m64 wgmma row block)
+
+
+@gluon.constexpr_function
+def _nvmma(n):
+    """wgmma accumulator layout of one warpgroup for an [rows, n] fp32 tile."""
+    return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, n, 16])
+
+
+@gluon.jit
+def _next_slot(stage, phase, STAGES: gl.constexpr):
+    """The ring slot after `stage`, and the barrier phase to wait for there."""
+    stage += 1
+    wrap = stage == STAGES
+    return gl.where(wrap, 0, stage), gl.where(wrap, phase ^ 1, phase)
+
+
+# --------------------------------------------------------------------------------------------
+# preprocess: Δ = rowsum(dO ⊙ O), and (fast variant) the zeroed dQ accumulator
+# --------------------------------------------------------------------------------------------
+@gluon.jit
+def attn_bwd_preprocess(o, do, delta, dq_accum,
+                        o_stride_b, o_stride_h, o_stride_s,
+                        do_stride_b, do_stride_h, do_stride_s,
+                        Hq, Sq,
+                        HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, ZERO_DQ: gl.constexpr):
+    """grid: (cdiv(Sq, BLOCK_M), B * Hq); num_warps = 4."""
+    # 16-byte vectors along the head dim, as many rows per warp as the head dim leaves.
+    lanes_d: gl.constexpr = HEAD_DIM // 8
+    layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 // lanes_d, lanes_d], [4, 1], [1, 0])
+    bh = gl.program_id(1)
+    b = bh // Hq
+    h = bh % Hq
+    rows = gl.program_id(0) * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, layout))
+    cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, layout))
+    inside = gl.expand_dims(rows < Sq, 1) & gl.expand_dims(cols < HEAD_DIM, 0)
+    o_at = (o + b.to(gl.int64) * o_stride_b + h.to(gl.int64) * o_stride_h
+            + gl.expand_dims(rows.to(gl.int64) * o_stride_s, 1) + gl.expand_dims(cols, 0))
+    do_at = (do + b.to(gl.int64) * do_stride_b + h.to(gl.int64) * do_stride_h
+             + gl.expand_dims(rows.to(gl.int64) * do_stride_s, 1) + gl.expand_dims(cols, 0))
+    o_tile = gl.load(o_at, mask=inside, other=0.0).to(gl.float32)
+    do_tile = gl.load(do_at, mask=inside, other=0.0).to(gl.float32)
+    row_base = bh.to(gl.int64) * Sq
+    gl.store(delta + row_base + rows, gl.sum(o_tile * do_tile, 1), mask=rows < Sq)
+    if ZERO_DQ:
+        # the fast variant's dK/dV kernel adds into this with atomics: it must start at zero
+        acc_at = (dq_accum + row_base * HEAD_DIM + gl.expand_dims(rows * HEAD_DIM, 1)
+                  + gl.expand_dims(cols, 0))
+        gl.store(acc_at, gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, layout), mask=inside)
+
+
+# --------------------------------------------------------------------------------------------
+# convert (fast variant): dQ = scale · accumulator, in the input dtype, any strides
+# --------------------------------------------------------------------------------------------
+@gluon.jit
+def attn_bwd_dq_convert(dq_accum, dq, dq_stride_b, dq_stride_h, dq_stride_s, Hq, Sq, sm_scale,
+                        HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr):
+    """grid: (cdiv(Sq, BLOCK_M), B * Hq); num_warps = 4."""
+    lanes_d: gl.constexpr = HEAD_DIM // 4
+    layout: gl.constexpr = gl.BlockedLayout([1, 4], [32 // lanes_d, lanes_d], [4, 1], [1, 0]) \
+        if HEAD_DIM <= 128 else gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0])
+    bh = gl.program_id(1)
+    b = bh // Hq
+    h = bh % Hq
+    rows = gl.program_id(0) * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, layout))
+    cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, layout))
+    inside = gl.expand_dims(rows < Sq, 1) & gl.expand_dims(cols < HEAD_DIM, 0)
+    acc_at = (dq_accum + bh.to(gl.int64) * Sq * HEAD_DIM + gl.expand_dims(rows * HEAD_DIM, 1)
+              + gl.expand_dims(cols, 0))
+    dq_at = (dq + b.to(gl.int64) * dq_stride_b + h.to(gl.int64) * dq_stride_h
+             + gl.expand_dims(rows.to(gl.int64) * dq_stride_s, 1) + gl.expand_dims(cols, 0))
+    value = gl.load(acc_at, mask=inside, other=0.0) * sm_scale
+    gl.store(dq_at, value.to(dq.dtype.element_ty), mask=inside)
+
+
+# --------------------------------------------------------------------------------------------
+# dK/dV kernel: state
+# --------------------------------------------------------------------------------------------
+@aggregate
+class KeyBlock:
+    """The 128 keys of one (batch, kv head) a dK/dV program owns, and the query tiles it visits:
+    for each query head h_first, h_first + 1, ... of the GQA group, the tiles of rows m_first,
+    m_first + M, ... below Sq. Loader and consumers walk them in that order, counting tiles
+    from 0 to pick ring slots and barrier phases."""
+    b: gl.tensor
+    h_kv: gl.tensor
+    n0: gl.tensor         # first key
+    h_first: gl.tensor    # first query head of the group
+    h_end: gl.tensor
+    m_first: gl.tensor    # first query row that can see any of these keys
+
+    @gluon.constexpr_function
+    def __init__(self, b, h_kv, n0, h_first, h_end, m_first):
+        self.b = b
+        self.h_kv = h_kv
+        self.n0 = n0
+        self.h_first = h_first
+        self.h_end = h_end
+        self.m_first = m_first
+
+    @gluon.jit
+    def num_tiles(self, Sq, BLOCK_M: gl.constexpr):
+        return (self.h_end - self.h_first) * gl.cdiv(gl.maximum(Sq - self.m_first, 0), BLOCK_M)
+
+    @gluon.jit
+    def next_tile(self, h, m0, Sq, BLOCK_M: gl.constexpr):
+        """(head, first row) of the tile after (h, m0): the next rows, or the next head's first."""
+        m0 += BLOCK_M
+        wrap = m0 >= Sq
+        return gl.where(wrap, h + 1, h), gl.where(wrap, self.m_first, m0)
+
+
+@gluon.jit
+def _key_block(Hq, Hkv, Sq, Sk, BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr):
+    """grid: (cdiv(Sk, 2 * HALF_N), B * Hkv). Under causal the first key blocks see the most
+    queries, and block 0 launches first."""
+    n0 = gl.program_id(0) * (2 * HALF_N)
+    bh = gl.program_id(1)
+    if CAUSAL:
+        # queries above the diagonal see none of these keys: start at the tile holding row n0
+        m_first = (n0 // BLOCK_M) * BLOCK_M
+    else:
+        m_first = n0 * 0
+    h_kv = bh % Hkv
+    group = Hq // Hkv
+    return KeyBlock(bh // Hkv, h_kv, n0, h_kv * group, h_kv * group + group, m_first)
+
+
+@aggregate
+class DkdvSmem:
+    """Shared memory of a dK/dV program. K and V are stored as two 64-key halves, one per
+    consumer; the ring holds each query tile's Q, dO, LSE (in score units, LSE/scale) and Δ;
+    dSᵀ is [2 * slot + half, 64 keys, BLOCK_M queries] (fast variant only)."""
+    k: gl.shared_memory_descriptor
+    v: gl.shared_memory_descriptor
+    q: gl.shared_memory_descriptor
+    do: gl.shared_memory_descriptor
+    lse: gl.shared_memory_descriptor
+    delta: gl.shared_memory_descriptor
+    ds: gl.shared_memory_descriptor
+
+    @gluon.constexpr_function
+    def __init__(self, k, v, q, do, lse, delta, ds):
+        self.k = k
+        self.v = v
+        self.q = q
+        self.do = do
+        self.lse = lse
+        self.delta = delta
+        self.ds = ds
+
+
+@aggregate
+class DkdvBarriers:
+    kv_ready: gl.shared_memory_descriptor   # K and V landed (one phase, once)
+    qdo_ready: gl.shared_memory_descriptor  # [STAGES] a slot's Q, dO (TMA), LSE and Δ landed
+    qdo_free: gl.shared_memory_descriptor   # [STAGES] both consumers are done with a slot
+    ds_ready: gl.shared_memory_descriptor   # [2] both consumers stored their dSᵀ half
+
+    @gluon.constexpr_function
+    def __init__(self, kv_ready, qdo_ready, qdo_free, ds_ready):
+        self.kv_ready = kv_ready
+        self.qdo_ready = qdo_ready
+        self.qdo_free = qdo_free
+        self.ds_ready = ds_ready
+
+
+# --------------------------------------------------------------------------------------------
+# dK/dV kernel: load partition
+# --------------------------------------------------------------------------------------------
+@gluon.jit
+def _dkdv_load(q_desc, k_desc, v_desc, do_desc, smem, bars, lse_ptr, delta_ptr,
+               Hq, Hkv, Sq, Sk, qk_scale,
+               BLOCK_M: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr):
+    blk = _key_block(Hq, Hkv, Sq, Sk, BLOCK_M, CAUSAL)
+    row_layout: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
+    kv_bytes: gl.constexpr = 2 * (k_desc.block_type.nbytes + v_desc.block_type.nbytes)
+    mbarrier.expect(bars.kv_ready, kv_bytes)
+    for half in gl.static_range(2):
+        row = blk.n0 + half * HALF_N
+        tma.async_copy_global_to_shared(k_desc, [blk.b, blk.h_kv, row, 0], bars.kv_ready,
+                                        smem.k.index(half))
+        tma.async_copy_global_to_shared(v_desc, [blk.b, blk.h_kv, row, 0], bars.kv_ready,
+                                        smem.v.index(half))
+    qdo_bytes: gl.constexpr = q_desc.block_type.nbytes + do_desc.block_type.nbytes
+    # P = exp2(qk_scale·s − log2(e)·LSE) = exp2(qk_scale·(s − LSE/scale)): LSE in score units
+    lse_to_scores = LOG2E / qk_scale
+    stage = 0
+    phase = 0
+    for h in range(blk.h_first, blk.h_end):
+        row_base = (blk.b * Hq + h).to(gl.int64) * Sq
+        for m0 in range(blk.m_first, Sq, BLOCK_M):
+            # a fresh barrier counts as having completed the phase before 0: the first STAGES
+            # waits pass at once
+            mbarrier.wait(bars.qdo_free.index(stage), phase ^ 1)
+            ready = bars.qdo_ready.index(stage)
+            mbarrier.expect(ready, qdo_bytes)
+            tma.async_copy_global_to_shared(q_desc, [blk.b, h, m0, 0], ready, smem.q.index(stage))
+            tma.async_copy_global_to_shared(do_desc, [blk.b, h, m0, 0], ready,
+                                            smem.do.index(stage))
+            # LSE and Δ ride along through shared memory, so the consumers hold no copies of
+            # them across tiles. Rows past Sq get LSE = +inf: P = 0 there with no mask.
+            rows = m0 + gl.arange(0, BLOCK_M, layout=row_layout)
+            lse = gl.load(lse_ptr + row_base + rows, mask=rows < Sq, other=float("inf"))
+            smem.lse.index(stage).store(lse * lse_to_scores)
+            smem.delta.index(stage).store(gl.load(delta_ptr + row_base + rows, mask=rows < Sq,
+                                                  other=0.0))
+            mbarrier.arrive(ready)  # the second arrival, beside the TMA's expect
+            stage, phase = _next_slot(stage, phase, STAGES)
+
+
+# --------------------------------------------------------------------------------------------
+# dK/dV kernel: consumer partitions
+# --------------------------------------------------------------------------------------------
+@gluon.jit
+def _dq_share(smem, dq_accum, t, b, h, m0, slot, Hq, Sq,
+              CONSUMER: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr):
+    """dQ of the query tile (rows m0.., head h) from all 128 keys, the part this consumer adds:
+    columns [CONSUMER·D/2, (CONSUMER+1)·D/2) at head dim >= 128, else all of it on every
+    other tile. dQ = dS·K, summed over the two 64-key halves; dSᵀ comes from shared memory
+    (both consumers' halves), K as stored."""
+    SPLIT: gl.constexpr = HEAD_DIM >= 128
+    DQ_N: gl.constexpr = HEAD_DIM // 2 if SPLIT else HEAD_DIM
+    COL0: gl.constexpr = CONSUMER * DQ_N if SPLIT else 0
+    dq_layout: gl.constexpr = _nvmma(DQ_N)
+    mine = t % 2 == CONSUMER
+    if SPLIT:
+        mine = True
+    if mine:
+        dq = gl.zeros([BLOCK_M, DQ_N], gl.float32, dq_layout)
+        for half in gl.static_range(2):
+            ds = smem.ds.index(2 * slot + half).permute([1, 0])        # [BLOCK_M, 64 keys]
+            k = smem.k.index(half).reshape([HALF_N, HEAD_DIM])
+            if SPLIT:
+                k = k.slice(COL0, DQ_N, dim=1)
+            dq = warpgroup_mma(ds, k, dq, use_acc=half > 0, is_async=True)
+        dq = warpgroup_mma_wait(0, deps=[dq])
+        rows = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, dq_layout))   # from m0
+        cols = COL0 + gl.arange(0, DQ_N, layout=gl.SliceLayout(0, dq_layout))
+        tile = dq_accum + ((b * Hq + h).to(gl.int64) * Sq + m0) * HEAD_DIM
+        at = tile + gl.expand_dims(rows * HEAD_DIM, 1) + gl.expand_dims(cols, 0)
+        inside = gl.expand_dims(rows < Sq - m0, 1) & gl.expand_dims(cols < HEAD_DIM, 0)
+        gl.atomic_add(at, dq, mask=inside, sem="relaxed")
+
+
+@gluon.jit
+def _store_rows(ptr, stride_b, stride_h, stride_s, value, b, h, row0, n_rows,
+                layout: gl.constexpr, ROWS: gl.constexpr, HEAD_DIM: gl.constexpr):
+    """A [ROWS, HEAD_DIM] register tile to global rows row0.. of (b, h), rows past n_rows
+    dropped. Once per program, so the wgmma layout's 4-byte stores are good enough."""
+    rows = row0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, layout))
+    cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, layout))
+    at = (ptr + b.to(gl.int64) * stride_b + h.to(gl.int64) * stride_h
+          + gl.expand_dims(rows.to(gl.int64) * stride_s, 1) + gl.expand_dims(cols, 0))
+    inside = gl.expand_dims(rows < n_rows, 1) & gl.expand_dims(cols < HEAD_DIM, 0)
+    gl.store(at, value.to(ptr.dtype.element_ty), mask=inside)
+
+
+@gluon.jit
+def _dkdv_tile(smem, bars, dq_accum, dk_acc, dv_acc, k, v, key0, t, stage, phase, b, h, m0,
+               Hq, Sq, Sk, qk_scale,
+               s_layout: gl.constexpr, kv_layout: gl.constexpr, CONSUMER: gl.constexpr,
+               BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
+               CAUSAL: gl.constexpr, FUSED_DQ: gl.constexpr):
+    """One query tile (the t-th, rows m0.. of head h, in ring slot `stage` at `phase`) against
+    this consumer's 64 keys: dV += Pᵀ·dO and dK += dSᵀ·Q; with FUSED_DQ also this consumer's
+    share of the tile's dQ."""
+    dtype: gl.constexpr = smem.q.dtype
+    # Pᵀ and dSᵀ as the A operand of dV/dK: the accumulator's registers, converted in place
+    op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=kv_layout, k_width=2)
+    col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
+    mbarrier.wait(bars.qdo_ready.index(stage), phase)
+    q = smem.q.index(stage).reshape([BLOCK_M, HEAD_DIM])
+    do = smem.do.index(stage).reshape([BLOCK_M, HEAD_DIM])
+    s_zero = gl.zeros([HALF_N, BLOCK_M], gl.float32, s_layout)
+    # ---- Sᵀ − LSE/scale = K·Qᵀ − LSE/scale and dPᵀ − Δ = V·dOᵀ − Δ, both in flight.
+    # The row statistics enter as the initial accumulators, so no registers hold them where
+    # pressure peaks (Pᵀ and dSᵀ beside the dK and dV accumulators, at head dim 128).
+    minus_lse = s_zero - gl.expand_dims(smem.lse.index(stage).load(col_layout), 0)
+    # The mask enters the same way: −inf there gives P = 0.
+    needs_mask = key0 + HALF_N > Sk  # keys past Sk read as zeros, but P there is not 0
+    if CAUSAL:
+        needs_mask = needs_mask | (m0 < key0 + HALF_N)
+    if needs_mask:
+        keys = key0 + gl.arange(0, HALF_N, layout=gl.SliceLayout(1, s_layout))
+        queries = m0 + gl.arange(0, BLOCK_M, layout=col_layout)
+        keep = gl.expand_dims(keys < Sk, 1)
+        if CAUSAL:
+            keep = keep & (gl.expand_dims(queries, 0) >= gl.expand_dims(keys, 1))
+        minus_lse = gl.where(keep, minus_lse, -float("inf"))
+    sT = warpgroup_mma(k, q.permute([1, 0]), minus_lse, is_async=True)
+    minus_delta = s_zero - gl.expand_dims(smem.delta.index(stage).load(col_layout), 0)
+    dpT = warpgroup_mma(v, do.permute([1, 0]), minus_delta, is_async=True)
+    sT = warpgroup_mma_wait(1, deps=[sT])
+    # ---- Pᵀ = exp(scale·Sᵀ − LSE); dV += Pᵀ·dO
+    pT = gl.exp2(sT * qk_scale)
+    pT_op = gl.convert_layout(pT.to(dtype), op_layout)
+    dv_acc = warpgroup_mma(pT_op, do, dv_acc, is_async=True)
+    # ---- dSᵀ = Pᵀ ⊙ (dPᵀ − Δ); dK += dSᵀ·Q
+    dpT = warpgroup_mma_wait(1, deps=[dpT])
+    dsT = (pT * dpT).to(dtype)
+    dsT_op = gl.convert_layout(dsT, op_layout)
+    dk_acc = warpgroup_mma(dsT_op, q, dk_acc, is_async=True)
+    if FUSED_DQ:
+        slot = t % 2
+        # a slot is rewritten two tiles later, by when both consumers have waited for this
+        # tile's dQ GEMMs (each waits for its own before it stores its next half)
+        smem.ds.index(2 * slot + CONSUMER).store(dsT)
+        fence_async_shared()
+        mbarrier.arrive(bars.ds_ready.index(slot))
+    dv_acc, dk_acc, pT_op, dsT_op = warpgroup_mma_wait(0, deps=[dv_acc, dk_acc, pT_op, dsT_op])
+    mbarrier.arrive(bars.qdo_free.index(stage))
+    if FUSED_DQ:
+        mbarrier.wait(bars.ds_ready.index(slot), (t // 2) & 1)
+        _dq_share(smem, dq_accum, t, b, h, m0, slot, Hq, Sq, CONSUMER, BLOCK_M, HEAD_DIM)
+    return dk_acc, dv_acc
+
+
+@gluon.jit
+def _dkdv_consume(smem, bars, lse_ptr, delta_ptr, dq_accum, dk, dv,
+                  dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
+                  Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
+                  CONSUMER: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr,
+                  STAGES: gl.constexpr, CAUSAL: gl.constexpr, FUSED_DQ: gl.constexpr):
+    """dK and dV of this consumer's 64 keys over every query tile of the program; with FUSED_DQ
+    also its share of each tile's dQ."""
+    s_layout: gl.constexpr = _nvmma(BLOCK_M)            # Sᵀ, dPᵀ: [64 keys, BLOCK_M queries]
+    kv_layout: gl.constexpr = _nvmma(HEAD_DIM)          # dK, dV: [64 keys, HEAD_DIM]
+
+    blk = _key_block(Hq, Hkv, Sq, Sk, BLOCK_M, CAUSAL)
+    key0 = blk.n0 + CONSUMER * HALF_N
+    k = smem.k.index(CONSUMER).reshape([HALF_N, HEAD_DIM])
+    v = smem.v.index(CONSUMER).reshape([HALF_N, HEAD_DIM])
+    dk_acc = gl.zeros([HALF_N, HEAD_DIM], gl.float32, kv_layout)
+    dv_acc = gl.zeros([HALF_N, HEAD_DIM], gl.float32, kv_layout)
+
+    mbarrier.wait(bars.kv_ready, 0)
+    h = blk.h_first
+    m0 = blk.m_first
+    stage = 0
+    phase = 0
+    for t in range(blk.num_tiles(Sq, BLOCK_M)):
+        dk_acc, dv_acc = _dkdv_tile(smem, bars, dq_accum, dk_acc, dv_acc, k, v, key0,
+                                    t, stage, phase, blk.b, h, m0, Hq, Sq, Sk, qk_scale,
+                                    s_layout, kv_layout, CONSUMER, BLOCK_M, HEAD_DIM, STAGES,
+                                    CAUSAL, FUSED_DQ)
+        h, m0 = blk.next_tile(h, m0, Sq, BLOCK_M)
+        stage, phase = _next_slot(stage, phase, STAGES)
+
+    # ---- epilogue: dK carries the softmax scale; keys no query sees get exact zeros
+    _store_rows(dv, dv_stride_b, dv_stride_h, dv_stride_s, dv_acc, blk.b, blk.h_kv, key0, Sk,
+                kv_layout, HALF_N, HEAD_DIM)
+    _store_rows(dk, dk_stride_b, dk_stride_h, dk_stride_s, dk_acc * sm_scale, blk.b, blk.h_kv,
+                key0, Sk, kv_layout, HALF_N, HEAD_DIM)
+
+
+@gluon.jit
+def _dkdv_consumer0(smem, bars, lse_ptr, delta_ptr, dq_accum, dk, dv,
+                    dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
+                    Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
+                    BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
+                    CAUSAL: gl.constexpr, FUSED_DQ: gl.constexpr):
+    _dkdv_consume(smem, bars, lse_ptr, delta_ptr, dq_accum, dk, dv,
+                  dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
+                  Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
+                  0, BLOCK_M, HEAD_DIM, STAGES, CAUSAL, FUSED_DQ)
+
+
+@gluon.jit
+def _dkdv_consumer1(smem, bars, lse_ptr, delta_ptr, dq_accum, dk, dv,
+                    dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
+                    Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
+                    BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
+                    CAUSAL: gl.constexpr, FUSED_DQ: gl.constexpr):
+    _dkdv_consume(smem, bars, lse_ptr, delta_ptr, dq_accum, dk, dv,
+                  dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
+                  Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
+                  1, BLOCK_M, HEAD_DIM, STAGES, CAUSAL, FUSED_DQ)
+
+
+@gluon.jit
+def _dkdv_program(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_accum, dk, dv,
+                  dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
+                  Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
+                  BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
+                  CAUSAL: gl.constexpr, FUSED_DQ: gl.constexpr,
+                  CONSUMER_REGS: gl.constexpr, LOAD_REGS: gl.constexpr):
+    dtype: gl.constexpr = q_desc.dtype
+    k = gl.allocate_shared_memory(dtype, [2] + k_desc.block_type.shape, k_desc.layout)
+    v = gl.allocate_shared_memory(dtype, [2] + v_desc.block_type.shape, v_desc.layout)
+    q = gl.allocate_shared_memory(dtype, [STAGES] + q_desc.block_type.shape, q_desc.layout)
+    do = gl.allocate_shared_memory(dtype, [STAGES] + do_desc.block_type.shape, do_desc.layout)
+    if FUSED_DQ:
+        ds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HALF_N, BLOCK_M], dtype)
+        ds = gl.allocate_shared_memory(dtype, [4, HALF_N, BLOCK_M], ds_layout)
+    else:
+        ds = k  # unused: only the fused dQ exchanges dSᵀ
+    row_smem: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
+    lse = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_M], row_smem)
+    delta = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_M], row_smem)
+    smem = DkdvSmem(k, v, q, do, lse, delta, ds)
+    bars = DkdvBarriers(gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout()),
+                        gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout()),
+                        gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout()),
+                        gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout()))
+    mbarrier.init(bars.kv_ready, count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(bars.qdo_ready.index(i), count=2)  # the TMA bytes, and LSE/Δ stored
+        mbarrier.init(bars.qdo_free.index(i), count=2)   # both consumers release each slot
+    for i in gl.static_range(2):
+        mbarrier.init(bars.ds_ready.index(i), count=2)   # both consumers store a half
+
+    gl.warp_specialize([
+        (_dkdv_consumer0, (smem, bars, lse_ptr, delta_ptr, dq_accum, dk, dv,
+                           dk_stride_b, dk_stride_h, dk_stride_s,
+                           dv_stride_b, dv_stride_h, dv_stride_s,
+                           Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
+                           BLOCK_M, HEAD_DIM, STAGES, CAUSAL, FUSED_DQ)),
+        (_dkdv_consumer1, (smem, bars, lse_ptr, delta_ptr, dq_accum, dk, dv,
+                           dk_stride_b, dk_stride_h, dk_stride_s,
+                           dv_stride_b, dv_stride_h, dv_stride_s,
+                           Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
+                           BLOCK_M, HEAD_DIM, STAGES, CAUSAL, FUSED_DQ)),
+        (_dkdv_load, (q_desc, k_desc, v_desc, do_desc, smem, bars, lse_ptr, delta_ptr,
+                      Hq, Hkv, Sq, Sk, qk_scale, BLOCK_M, STAGES, CAUSAL)),
+    ], [4, 1], [CONSUMER_REGS, LOAD_REGS])
+
+
+@gluon.jit
+def attn_bwd_dkdv_dq_atomic(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_accum, dk, dv,
+                            dk_stride_b, dk_stride_h, dk_stride_s,
+                            dv_stride_b, dv_stride_h, dv_stride_s,
+                            Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
+                            BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
+                            CAUSAL: gl.constexpr,
+                            CONSUMER_REGS: gl.constexpr, LOAD_REGS: gl.constexpr):
+    """Fast variant: dK, dV, and dQ added into the fp32 accumulator.
+    grid: (cdiv(Sk, 128), B * Hkv); num_warps = 4 (consumer 0)."""
+    _dkdv_program(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_accum, dk, dv,
+                  dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
+                  Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
+                  BLOCK_M, HEAD_DIM, STAGES, CAUSAL, True, CONSUMER_REGS, LOAD_REGS)
+
+
+@gluon.jit
+def attn_bwd_dkdv(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dk, dv,
+                  dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
+                  Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
+                  BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
+                  CAUSAL: gl.constexpr,
+                  CONSUMER_REGS: gl.constexpr, LOAD_REGS: gl.constexpr):
+    """Deterministic variant: dK and dV only (attn_bwd_dq computes dQ).
+    grid: (cdiv(Sk, 128), B * Hkv); num_warps = 4 (consumer 0)."""
+    _dkdv_program(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, delta_ptr, dk, dv,
+                  dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
+                  Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
+                  BLOCK_M, HEAD_DIM, STAGES, CAUSAL, False, CONSUMER_REGS, LOAD_REGS)
+
+
+# --------------------------------------------------------------------------------------------
+# dQ kernel (deterministic variant)
+# --------------------------------------------------------------------------------------------
+@aggregate
+class QueryBlock:
+    """2 * 64 query rows of one (batch, query head) a dQ program owns, and its key tiles."""
+    b: gl.tensor
+    h: gl.tensor
+    h_kv: gl.tensor
+    start: gl.tensor      # first query row
+    n_tiles: gl.tensor    # key tiles visited: past the last row's diagonal all are masked
+
+    @gluon.constexpr_function
+    def __init__(self, b, h, h_kv, start, n_tiles):
+        self.b = b
+        self.h = h
+        self.h_kv = h_kv
+        self.start = start
+        self.n_tiles = n_tiles
+
+
+@gluon.jit
+def _query_block(Hq, Hkv, Sq, Sk, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
+    """grid: (cdiv(Sq, 128), B * Hq); the last (under causal the longest) block comes first."""
+    start = (gl.num_programs(0) - 1 - gl.program_id(0)) * (2 * HALF_N)
+    bh = gl.program_id(1)
+    h = bh % Hq
+    hi = Sk
+    if CAUSAL:
+        hi = gl.minimum(Sk, start + 2 * HALF_N)
+    return QueryBlock(bh // Hq, h, h // (Hq // Hkv), start, gl.cdiv(hi, BLOCK_N))
+
+
+@aggregate
+class DqSmem:
+    q: gl.shared_memory_descriptor    # [2] one 64-row tile per consumer; dQ leaves through it
+    do: gl.shared_memory_descriptor   # [2]
+    k: gl.shared_memory_descriptor    # [STAGES] ring
+    v: gl.shared_memory_descriptor    # [STAGES] ring
+
+    @gluon.constexpr_function
+    def __init__(self, q, do, k, v):
+        self.q = q
+        self.do = do
+        self.k = k
+        self.v = v
+
+
+@aggregate
+class DqBarriers:
+    q_ready: gl.shared_memory_descriptor    # [2] a consumer's Q and dO landed
+    kv_ready: gl.shared_memory_descriptor   # [STAGES]
+    kv_free: gl.shared_memory_descriptor    # [STAGES] both consumers are done with a slot
+
+    @gluon.constexpr_function
+    def __init__(self, q_ready, kv_ready, kv_free):
+        self.q_ready = q_ready
+        self.kv_ready = kv_ready
+        self.kv_free = kv_free
+
+
+@gluon.jit
+def _dq_load(q_desc, k_desc, v_desc, do_desc, smem, bars, Hq, Hkv, Sq, Sk,
+             BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr):
+    blk = _query_block(Hq, Hkv, Sq, Sk, BLOCK_N, CAUSAL)
+    q_bytes: gl.constexpr = q_desc.block_type.nbytes + do_desc.block_type.nbytes
+    for c in gl.static_range(2):
+        ready = bars.q_ready.index(c)
+        mbarrier.expect(ready, q_bytes)
+        row = blk.start + c * HALF_N
+        tma.async_copy_global_to_shared(q_desc, [blk.b, blk.h, row, 0], ready, smem.q.index(c))
+        tma.async_copy_global_to_shared(do_desc, [blk.b, blk.h, row, 0], ready, smem.do.index(c))
+    kv_bytes: gl.constexpr = k_desc.block_type.nbytes + v_desc.block_type.nbytes
+    for j in range(blk.n_tiles):
+        stage = j % STAGES
+        mbarrier.wait(bars.kv_free.index(stage), ((j // STAGES) & 1) ^ 1)
+        ready = bars.kv_ready.index(stage)
+        mbarrier.expect(ready, kv_bytes)
+        tma.async_copy_global_to_shared(k_desc, [blk.b, blk.h_kv, j * BLOCK_N, 0], ready,
+                                        smem.k.index(stage))
+        tma.async_copy_global_to_shared(v_desc, [blk.b, blk.h_kv, j * BLOCK_N, 0], ready,
+                                        smem.v.index(stage))
+
+
+@gluon.jit
+def _dq_consume(dq_desc, smem, bars, lse_ptr, delta_ptr, Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
+                CONSUMER: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
+                STAGES: gl.constexpr, CAUSAL: gl.constexpr):
+    """dQ of this consumer's 64 query rows over the block's key tiles."""
+    dtype: gl.constexpr = smem.q.dtype
+    s_layout: gl.constexpr = _nvmma(BLOCK_N)          # S, dP: [64 queries, BLOCK_N keys]
+    dq_layout: gl.constexpr = _nvmma(HEAD_DIM)        # dQ: [64, HEAD_DIM]
+    op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=dq_layout, k_width=2)
+    row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
+
+    blk = _query_block(Hq, Hkv, Sq, Sk, BLOCK_N, CAUSAL)
+    row0 = blk.start + CONSUMER * HALF_N
+    rows = row0 + gl.arange(0, HALF_N, layout=row_layout)
+    at = (blk.b * Hq + blk.h).to(gl.int64) * Sq + rows
+    lse2 = gl.load(lse_ptr + at, mask=rows < Sq, other=float("inf")) * LOG2E
+    delta = gl.load(delta_ptr + at, mask=rows < Sq, other=0.0)
+    s_zero = gl.zeros([HALF_N, BLOCK_N], gl.float32, s_layout)
+    # dQ stays an in-flight wgmma accumulator across iterations: its GEMM of tile j finishes
+    # behind the QKᵀ and dO·Vᵀ of tile j + 1
+    dq = warpgroup_mma_init(gl.zeros([HALF_N, HEAD_DIM], gl.float32, dq_layout))
+    ds_op = gl.zeros([HALF_N, BLOCK_N], dtype, op_layout)
+
+    mbarrier.wait(bars.q_ready.index(CONSUMER), 0)
+    q = smem.q.index(CONSUMER).reshape([HALF_N, HEAD_DIM])
+    do = smem.do.index(CONSUMER).reshape([HALF_N, HEAD_DIM])
+    for j in range(blk.n_tiles):
+        stage = j % STAGES
+        mbarrier.wait(bars.kv_ready.index(stage), (j // STAGES) & 1)
+        k = smem.k.index(stage).reshape([BLOCK_N, HEAD_DIM])
+        v = smem.v.index(stage).reshape([BLOCK_N, HEAD_DIM])
+        # ---- S = Q·Kᵀ and dP = dO·Vᵀ, queued behind the previous tile's dQ GEMM
+        s = warpgroup_mma(q, k.permute([1, 0]), s_zero, use_acc=False, is_async=True)
+        dp = warpgroup_mma(do, v.permute([1, 0]), s_zero, use_acc=False, is_async=True)
+        # wgmma groups retire in order: two left in flight means dQ(j - 1) is done, and its
+        # K/V slot is free (before tile 0 there is nothing to wait for or release)
+        dq, ds_op = warpgroup_mma_wait(2, deps=[dq, ds_op])
+        mbarrier.arrive(bars.kv_free.index((j + STAGES - 1) % STAGES), pred=j > 0)
+        s = warpgroup_mma_wait(1, deps=[s])
+        # ---- P from the forward's LSE, masked on the diagonal and past Sk
+        p = gl.exp2(s * qk_scale - gl.expand_dims(lse2, 1))
+        col0 = j * BLOCK_N
+        needs_mask = col0 + BLOCK_N > Sk
+        if CAUSAL:
+            needs_mask = needs_mask | (col0 + BLOCK_N > row0 + 1)
+        if needs_mask:
+            cols = col0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+            keep = gl.expand_dims(cols < Sk, 0)
+            if CAUSAL:
+                keep = keep & (gl.expand_dims(cols, 0) <= gl.expand_dims(rows, 1))
+            p = gl.where(keep, p, 0.0)
+        # ---- dS = P ⊙ (dP − Δ); dQ += dS·K, left in flight
+        dp = warpgroup_mma_wait(0, deps=[dp])
+        ds = p * (dp - gl.expand_dims(delta, 1))
+        ds_op = gl.convert_layout(ds.to(dtype), op_layout)
+        dq = warpgroup_mma(ds_op, k, dq, is_async=True)
+    dq, ds_op = warpgroup_mma_wait(0, deps=[dq, ds_op])
+    if blk.n_tiles > 0:
+        mbarrier.arrive(bars.kv_free.index((blk.n_tiles - 1) % STAGES))
+
+    # ---- epilogue: through this consumer's Q slot (its last QKᵀ is done) and a TMA store
+    out = smem.q.index(CONSUMER)
+    out.reshape([HALF_N, HEAD_DIM]).store((dq * sm_scale).to(dtype))
+    fence_async_shared()
+    tma.async_copy_shared_to_global(dq_desc, [blk.b, blk.h, row0, 0], out)
+    tma.store_wait(0)
+
+
+@gluon.jit
+def _dq_consumer0(dq_desc, smem, bars, lse_ptr, delta_ptr, Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
+                  BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
+                  CAUSAL: gl.constexpr):
+    _dq_consume(dq_desc, smem, bars, lse_ptr, delta_ptr, Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
+                0, BLOCK_N, HEAD_DIM, STAGES, CAUSAL)
+
+
+@gluon.jit
+def _dq_consumer1(dq_desc, smem, bars, lse_ptr, delta_ptr, Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
+                  BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
+                  CAUSAL: gl.constexpr):
+    _dq_consume(dq_desc, smem, bars, lse_ptr, delta_ptr, Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
+                1, BLOCK_N, HEAD_DIM, STAGES, CAUSAL)
+
+
+@gluon.jit
+def attn_bwd_dq(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_ptr, delta_ptr,
+                Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
+                BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
+                CAUSAL: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOAD_REGS: gl.constexpr):
+    """Deterministic variant's dQ. grid: (cdiv(Sq, 128), B * Hq); num_warps = 4 (consumer 0)."""
+    dtype: gl.constexpr = q_desc.dtype
+    smem = DqSmem(
+        gl.allocate_shared_memory(dtype, [2] + q_desc.block_type.shape, q_desc.layout),
+        gl.allocate_shared_memory(dtype, [2] + do_desc.block_type.shape, do_desc.layout),
+        gl.allocate_shared_memory(dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout),
+        gl.allocate_shared_memory(dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout))
+    bars = DqBarriers(gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout()),
+                      gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout()),
+                      gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout()))
+    for i in gl.static_range(2):
+        mbarrier.init(bars.q_ready.index(i), count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(bars.kv_ready.index(i), count=1)
+        mbarrier.init(bars.kv_free.index(i), count=2)   # both consumers release each tile
+
+    gl.warp_specialize([
+        (_dq_consumer0, (dq_desc, smem, bars, lse_ptr, delta_ptr, Hq, Hkv, Sq, Sk, qk_scale,
+                         sm_scale, BLOCK_N, HEAD_DIM, STAGES, CAUSAL)),
+        (_dq_consumer1, (dq_desc, smem, bars, lse_ptr, delta_ptr, Hq, Hkv, Sq, Sk, qk_scale,
+                         sm_scale, BLOCK_N, HEAD_DIM, STAGES, CAUSAL)),
+        (_dq_load, (q_desc, k_desc, v_desc, do_desc, smem, bars, Hq, Hkv, Sq, Sk,
+                    BLOCK_N, STAGES, CAUSAL)),
+    ], [4, 1], [CONSUMER_REGS, LOAD_REGS])

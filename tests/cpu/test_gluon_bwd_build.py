@@ -1,0 +1,127 @@
+"""The Gluon backward (aot/kernels/gluon_attn/bwd.py) on the CPU: build, verify, launch specs.
+
+The kernels run on the GPU in tests/gpu/test_gluon_bwd.py. Here: every declared backward
+variant compiles for sm_90 with no register spills (no stack frame) and within sm_90's 227 KiB
+of shared memory; `verify` finds no problem and no warning; the launch specs hold the steps
+and workspace each variant declares (the fast one's fp32 dQ accumulator is [B, Hq, Sq, D], the
+deterministic one has none); and the recording driver carves that workspace and passes each
+buffer to the steps that take it.
+"""
+import math
+import struct
+
+import pytest
+
+from attnpack import runtime as rt
+from attnpack.archive import read_archive
+from attnpack.archive.elf import kernel_facts
+from attnpack.archive.verify import verify_archive
+from attnpack.builder import BuildRequest, build_archives
+from attnpack.family import load_families
+from test_runtime_fixtures import param_offsets
+
+SHARED_MEMORY_LIMIT = 227 * 1024
+FAST = "gluon/bwd/bf16-d128-causal/M64_stages2_det0"
+DET = "gluon/bwd/bf16-d128-causal/M64_stages2_det1_qN64"
+
+
+@pytest.fixture(scope="module")
+def bwd_archive(tmp_path_factory):
+    """Every declared gluon backward variant for sm_90 (the shared compile cache makes a
+    rebuild cheap; a cold build is about 70 images, two minutes on two cores)."""
+    out = tmp_path_factory.mktemp("gluon-bwd")
+    [path] = build_archives(BuildRequest(archs=("sm_90",), out_dir=out, all_variants=True,
+                                         families=("gluon",), ops=("bwd",), jobs=2))
+    return path
+
+
+def declared():
+    return [v for v in load_families()["gluon"].all_variants("sm_90") if v.op == "bwd"]
+
+
+def test_every_declared_variant_builds_and_verifies(bwd_archive):
+    ar, problems, warnings = verify_archive(bwd_archive)
+    assert problems == [] and warnings == []   # a stack frame (spill) would be a warning
+    # 6 configs x (fp16, bf16) x (64, 128) x (full, causal)
+    assert sorted(k["name"] for k in ar.kernels) == sorted(v.name for v in declared())
+    assert len(ar.kernels) == 48
+
+
+def test_no_spills_and_shared_memory_fits(bwd_archive):
+    ar = read_archive(bwd_archive)
+    seen = 0
+    for kernel in ar.kernels:
+        for step in kernel["steps"]:
+            facts = kernel_facts(ar.image(step["image"]), step["symbol"])
+            where = f"{kernel['name']} {step['name']}"
+            assert facts.resources.get("stack_bytes", 0) == 0, where
+            assert facts.resources.get("local_bytes", 0) == 0, where
+            assert step["shared"] <= SHARED_MEMORY_LIMIT, where
+            # the warp-specialized kernels: 2 consumer warpgroups + a load warp (padded to 4)
+            warps = 12 if step["name"] in ("bwd_dkdv", "bwd_dq") else 4
+            assert step["block"] == [32 * warps, 1, 1], where
+            seen += 1
+    assert seen == 144
+
+
+def test_steps_and_workspace_per_variant(bwd_archive):
+    ar = read_archive(bwd_archive)
+    fast, det = ar.kernel(FAST), ar.kernel(DET)
+    assert [s["name"] for s in fast["steps"]] == ["bwd_preprocess", "bwd_dkdv", "bwd_dq_convert"]
+    assert [s["name"] for s in det["steps"]] == ["bwd_preprocess", "bwd_dkdv", "bwd_dq"]
+    assert fast["workspace"] == [{"name": "delta", "shape": ["B", "Hq", "Sq"]},
+                                 {"name": "dq_accum", "shape": ["B", "Hq", "Sq", "D"]}]
+    assert det["workspace"] == [{"name": "delta", "shape": ["B", "Hq", "Sq"]}]
+    words = lambda k, i: [p[0] for p in k["steps"][i]["params"]]
+    assert "dq_accum" in words(fast, 0) and "dq_accum" in words(fast, 1)
+    assert not any("dq_accum" in words(det, i) for i in range(3))
+    # dK/dV: one program per 128 keys of a kv head; dQ: one per 128 query rows of a query head
+    assert fast["steps"][1]["grid"] == [[["Sk", 128]], [["B", 1], ["Hkv", 1]], []]
+    assert det["steps"][2]["grid"] == [[["Sq", 128]], [["B", 1], ["Hq", 1]], []]
+    assert [m["param"] for m in fast["steps"][1]["tensormaps"]] == ["q_desc", "k_desc", "v_desc",
+                                                                    "do_desc"]
+    assert [m["param"] for m in det["steps"][2]["tensormaps"]] == ["q_desc", "k_desc", "v_desc",
+                                                                   "do_desc", "dq_desc"]
+
+
+def test_determinism_is_declared_by_the_family():
+    assert {v.config_tag: v.deterministic for v in declared()
+            if v.key.tag == "bf16-d128-causal"} == {
+        "M64_stages2_det0": False, "M64_stages3_det0": False, "M64_stages2_det1_qN64": True,
+        "M64_stages3_det1_qN64": True, "M64_stages2_det1_qN128": True,
+        "M64_stages3_det1_qN128_qS2": True}
+
+
+def test_recorded_launch_carves_the_dq_accumulator(bwd_archive):
+    """B=2, Hq=8, Hkv=2, Sq=1000, Sk=300, D=128: Δ (B·Hq·Sq floats) then, 256-byte aligned, the
+    accumulator (B·Hq·Sq·D floats); preprocess and dK/dV get its address, the convert too."""
+    B, Hq, Hkv, Sq, Sk, D = 2, 8, 2, 1000, 300, 128
+    ptrs = {t: 0x7f0000000000 + (i << 28) for i, t in
+            enumerate(("q", "k", "v", "o", "do", "dq", "dk", "dv", "lse"))}
+    base = 0x7e0000000000
+    delta_bytes = 4 * B * Hq * Sq
+    acc_offset = -(-delta_bytes // 256) * 256
+    ar = read_archive(bwd_archive)
+    with rt.Bundle(bwd_archive, recording=True) as bundle:
+        for name in (FAST, DET):
+            prob = rt.make_problem("bwd", "bf16", B=B, Hq=Hq, Hkv=Hkv, Sq=Sq, Sk=Sk, D=D,
+                                   causal=True, pointers=ptrs, kernel=name)
+            size = bundle.workspace_size(prob)
+            assert size == (acc_offset + 4 * B * Hq * Sq * D if name == FAST else delta_bytes)
+            bundle.backward(prob, workspace=base, workspace_size=size)
+        launches = bundle.recorded_launches()["launches"]
+    assert len(launches) == 6
+    for launch, step in zip(launches, ar.kernel(FAST)["steps"] + ar.kernel(DET)["steps"]):
+        types = [p[1] for p in step["params"]]
+        args = bytes.fromhex(launch["args"])
+        at = dict(zip((p[0] for p in step["params"]), param_offsets(types)))
+        read = lambda word: struct.unpack_from("<Q", args, at[word])[0]
+        if "delta" in at:
+            assert read("delta") == base
+        if "dq_accum" in at:
+            assert read("dq_accum") == base + acc_offset
+    grids = [launch["grid"] for launch in launches]
+    assert grids == [[math.ceil(Sq / 64), B * Hq, 1], [math.ceil(Sk / 128), B * Hkv, 1],
+                     [math.ceil(Sq / 64), B * Hq, 1],
+                     [math.ceil(Sq / 64), B * Hq, 1], [math.ceil(Sk / 128), B * Hkv, 1],
+                     [math.ceil(Sq / 128), B * Hq, 1]]

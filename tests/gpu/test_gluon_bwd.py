@@ -1,0 +1,217 @@
+"""The Gluon backward (aot/kernels/gluon_attn/bwd.py) on the GPU, every kernel forced by name.
+
+Each backward kernel of `attnpack build --arch sm_90 --family gluon --op bwd --all` runs through
+libattnpack (forced with `kernel=name`) on the forward's O and natural-log LSE, taken from the
+fp32 math reference (O rounded to the input dtype), and dQ, dK, dV are compared with the fp32
+math gradients. The bound is the triton family's (tests/gpu/test_triton_attn_jit.py): at most
+2x the error of PyTorch's own flash backward (efficient where flash refuses the shape) against
+the same reference, or a floor of one ulp of the largest reference value.
+
+A deadlock (a barrier phase wrong) would hang the process, so every kernel first runs once in a
+child process with a deadline: a hang fails the smoke test naming the kernel it hit.
+
+The deterministic variants (config `det1`) must give bitwise-equal gradients over 4 runs.
+
+    ATTNPACK_RUNTIME_LIB=build-gpu/runtime/libattnpack.so \\
+        python3 -m pytest tests/gpu/test_gluon_bwd.py -x -q
+ATTNPACK_GLUON_BWD_ARCHIVE=<apk> uses an archive built beforehand (the same builder output).
+"""
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import torch
+
+if not torch.cuda.is_available() or torch.version.hip is not None:
+    pytest.skip("needs a CUDA GPU (sm_90)", allow_module_level=True)
+if torch.cuda.get_device_capability() != (9, 0):
+    pytest.skip("the gluon family is built for sm_90 only", allow_module_level=True)
+
+import test_triton_attn_jit as family_check
+
+from attnpack import runtime as rt
+from attnpack.archive import read_archive
+from attnpack.builder import BuildRequest, build_archives
+
+SEQS = (1, 17, 128, 1000, 4096)
+# (B, Hq, Hkv): GQA 1, 4 and 8; B = 3 runs on BSHD views (non-contiguous, as the runtime tests)
+BATCH_HEADS = ((1, 8, 8), (1, 32, 8), (3, 8, 8), (3, 32, 8), (2, 16, 2))
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+SMOKE_TIMEOUT_S = 60  # the child's start: torch, CUDA context, archive
+
+
+@pytest.fixture(scope="session")
+def archive():
+    """Every declared gluon backward variant for sm_90."""
+    prebuilt = os.environ.get("ATTNPACK_GLUON_BWD_ARCHIVE")
+    if prebuilt:
+        return Path(prebuilt)
+    out = Path(os.environ.get("TMPDIR", "/tmp")) / f"gluon-bwd-{os.getpid()}"
+    (path,) = build_archives(BuildRequest(archs=("sm_90",), out_dir=out, jobs=os.cpu_count() or 1,
+                                          all_variants=True, families=("gluon",), ops=("bwd",)))
+    return path
+
+
+def all_kernels():
+    from attnpack.family import load_families
+    return [v.name for v in load_families()["gluon"].all_variants("sm_90") if v.op == "bwd"]
+
+
+def kernels_of(archive, dtype, head_dim, causal) -> list[str]:
+    return [k["name"] for k in read_archive(archive).kernels
+            if k["op"] == "bwd" and k["key"] == {"dtype": dtype, "head_dim": head_dim,
+                                                  "causal": causal}]
+
+
+def make_inputs(B, Hq, Hkv, Sq, Sk, D, dtype, seed):
+    torch.manual_seed(seed)
+    dt = DTYPES[dtype]
+
+    def make(h, s):
+        if B == 3:  # BSHD views
+            return torch.randn(B, s, h, D, device="cuda", dtype=dt).transpose(1, 2)
+        return torch.randn(B, h, s, D, device="cuda", dtype=dt)
+    return make(Hq, Sq), make(Hkv, Sk), make(Hkv, Sk), make(Hq, Sq)
+
+
+def run_kernel(bundle, name, q, k, v, do, o, lse, causal, scale):
+    dq, dk, dv = (torch.full_like(t, float("nan")) for t in (q, k, v))  # poisoned
+    rt.backward(bundle, do, q, k, v, o, lse, causal=causal, scale=scale, dq=dq, dk=dk, dv=dv,
+                kernel=name)
+    return dq, dk, dv
+
+
+def test_every_declared_kernel_is_in_the_archive(archive):
+    names = sorted(k["name"] for k in read_archive(archive).kernels if k["op"] == "bwd")
+    assert names == sorted(all_kernels()) and len(names) == 48
+
+
+def test_smoke_every_kernel_finishes(archive):
+    """One launch per kernel, all in one child process with a deadline: each finishes, no NaN,
+    gradients roughly right. A hang (a wrong barrier phase) fails naming the kernel it hit."""
+    script = textwrap.dedent(f"""
+        import math, torch
+        from attnpack import runtime as rt
+        import test_triton_attn_jit as fc
+
+        def run(b, name):
+            dtype, d, causal = name.split("/")[2].split("-")
+            dt, D = {{"bf16": torch.bfloat16, "fp16": torch.float16}}[dtype], int(d[1:])
+            causal = causal == "causal"
+            q, do = (torch.randn(2, 4, 300, D, device="cuda", dtype=dt) for _ in range(2))
+            k, v = (torch.randn(2, 2, 333, D, device="cuda", dtype=dt) for _ in range(2))
+            ref = fc.reference(q, k, v, do, causal, 1 / math.sqrt(D))
+            grads = [torch.full_like(t, float("nan")) for t in (q, k, v)]
+            rt.backward(b, do, q, k, v, ref[0].to(dt), ref[1], causal=causal,
+                        dq=grads[0], dk=grads[1], dv=grads[2], kernel=name)
+            torch.cuda.synchronize()
+            for label, got, want in zip("qkv", grads, ref[2:]):
+                err = (got.float() - want).abs().max().item()
+                assert err < 5e-2 * max(1.0, want.abs().max().item()), f"d{{label}} {{err}}"
+
+        with rt.Bundle({str(archive)!r}) as b:
+            for name in {all_kernels()!r}:
+                print("start", name, flush=True)
+                try:
+                    run(b, name)
+                except AssertionError as e:  # the other kernels still run
+                    print("FAIL", name, e, flush=True)
+                    continue
+                print("ok", name, flush=True)
+    """)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    timeout = SMOKE_TIMEOUT_S + len(all_kernels())
+    try:
+        done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                              text=True, timeout=timeout)
+    except subprocess.TimeoutExpired as e:
+        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        started = [line.split()[1] for line in out.splitlines() if line.startswith("start")]
+        pytest.fail(f"no result after {timeout} s; last kernel started: "
+                    f"{started[-1] if started else 'none'} (deadlock?)")
+    assert done.returncode == 0, f"{done.stdout[-2000:]}\n{done.stderr[-3000:]}"
+    failed = [line for line in done.stdout.splitlines() if line.startswith("FAIL ")]
+    assert not failed, "\n".join(failed)
+    finished = [line for line in done.stdout.splitlines() if line.startswith("ok ")]
+    assert len(finished) == len(all_kernels()), done.stdout[-2000:]
+
+
+def _grid():
+    """Every (Sq, Sk, head dim, causal) in both dtypes; (B, Hq, Hkv) rotates through its five
+    settings so each dtype meets each of them."""
+    cases, i = [], 0
+    for sq in SEQS:
+        for sk in SEQS:
+            for d in (64, 128):
+                for causal in (False, True):
+                    for j, dtype in enumerate(DTYPES):
+                        b, hq, hkv = BATCH_HEADS[(i + j) % len(BATCH_HEADS)]
+                        cases.append(pytest.param(
+                            b, hq, hkv, sq, sk, d, causal, dtype,
+                            id=f"{dtype}-d{d}-{'causal' if causal else 'full'}"
+                               f"-B{b}H{hq}/{hkv}-{sq}x{sk}"))
+                    i += 1
+    return cases
+
+
+@pytest.mark.parametrize("B,Hq,Hkv,Sq,Sk,D,causal,dtype", _grid())
+def test_gradients_match_math_sdpa(archive, B, Hq, Hkv, Sq, Sk, D, causal, dtype):
+    q, k, v, do = make_inputs(B, Hq, Hkv, Sq, Sk, D, dtype, Sq * 7919 + Sk * 31 + D + Hq + B)
+    scale = 1.0 / math.sqrt(D)
+    ref = family_check.reference(q, k, v, do, causal, scale)
+    backend, _, *theirs = family_check.pytorch_backend(q, k, v, do, causal, scale)
+    o, lse = ref[0].to(q.dtype), ref[1].contiguous()
+    names = kernels_of(archive, dtype, D, causal)
+    assert len(names) == 6
+    failures = []  # every kernel is checked, so one wrong config does not hide the others
+    with rt.Bundle(archive) as bundle:
+        for name in names:
+            grads = run_kernel(bundle, name, q, k, v, do, o, lse, causal, scale)
+            torch.cuda.synchronize()
+            report = {"kernel": name, "yardstick": backend}
+            for label, got, want, other in zip(("dq", "dk", "dv"), grads, ref[2:], theirs):
+                if got.isnan().any():
+                    failures.append(f"{label}: NaN (unwritten or bad masking); {report}")
+                    continue
+                err = (got.float() - want).abs().max().item()
+                their_err = (other.float() - want).abs().max().item()
+                bound = max(2 * their_err, family_check.FLOOR[dtype]
+                            * max(want.abs().max().item(), family_check.MIN_SCALE))
+                report[label] = f"{err:.2e} (theirs {their_err:.2e})"
+                if not err <= bound:
+                    failures.append(f"{label}: error {err:.3e} > bound {bound:.3e}; {report}")
+            print(report)
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("causal", (False, True))
+@pytest.mark.parametrize("D", (64, 128))
+def test_deterministic_variants_are_bitwise_repeatable(archive, D, causal):
+    """Every det1 kernel of the key, 4 runs on a GQA-4 problem: equal bits each time. (The
+    fast variants' atomics make no such promise; their run-to-run spread is printed.)"""
+    q, k, v, do = make_inputs(2, 32, 8, 2048, 2048, D, "bf16", 7)
+    scale = 1.0 / math.sqrt(D)
+    ref = family_check.reference(q, k, v, do, causal, scale)
+    o, lse = ref[0].to(q.dtype), ref[1].contiguous()
+    del ref
+    names = kernels_of(archive, "bf16", D, causal)
+    det = [n for n in names if "det1" in n]
+    assert det and len(det) == 4
+    with rt.Bundle(archive) as bundle:
+        for name in names:
+            first = run_kernel(bundle, name, q, k, v, do, o, lse, causal, scale)
+            spread = 0.0
+            for _ in range(3):
+                again = run_kernel(bundle, name, q, k, v, do, o, lse, causal, scale)
+                torch.cuda.synchronize()
+                for a, b in zip(first, again):
+                    if name in det:
+                        assert torch.equal(a, b), f"{name}: not bitwise repeatable"
+                    spread = max(spread, (a.float() - b.float()).abs().max().item())
+            print(f"{name}: largest run-to-run difference {spread:.3e}")
