@@ -151,15 +151,37 @@ def rocm_path() -> Path:
                                Path.home() / ".cache" / "attnpack" / "flydsl-rocm"))
 
 
+def linker() -> Path:
+    """FlyDSL links with $ROCM_PATH/llvm/bin/ld.lld; ours is the private ROCM_PATH's, linked on
+    first use to Debian's ld.lld-19 or, on a ROCm machine, to ROCm's own ld.lld."""
+    link = rocm_path() / "llvm" / "bin" / "ld.lld"
+    if link.exists():
+        return link
+    candidates = [shutil.which("ld.lld-19")] + [str(Path(root) / "llvm" / "bin" / "ld.lld") for root
+                                                in (os.environ.get("ROCM_PATH"), "/opt/rocm") if root]
+    found = next((c for c in candidates if c and Path(c).is_file()), None)
+    if found is None:
+        raise RuntimeError(f"flydsl_attn: {link} is missing, and there is no ld.lld-19 on PATH "
+                           "nor a ROCm ld.lld; run build_tools/install_flydsl.sh")
+    link.parent.mkdir(parents=True, exist_ok=True)
+    if link.is_symlink():  # dangling: its target was removed
+        link.unlink()
+    try:
+        link.symlink_to(found)
+    except FileExistsError:  # a parallel compile linked it first
+        pass
+    return link
+
+
+def linker_version() -> str:
+    """The linker's identity, part of the cache key (another linker may emit other bytes)."""
+    import subprocess
+    out = subprocess.run([str(linker()), "--version"], capture_output=True, text=True)
+    return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout else "unknown"
+
+
 def _prepare_environment(arch: str) -> None:
-    linker = rocm_path() / "llvm" / "bin" / "ld.lld"
-    if not linker.exists():
-        found = shutil.which("ld.lld-19")
-        if not found:
-            raise RuntimeError(f"flydsl_attn: {linker} is missing and no ld.lld-19 is installed; "
-                               "run build_tools/install_flydsl.sh")
-        linker.parent.mkdir(parents=True, exist_ok=True)
-        linker.symlink_to(found)
+    linker()
     # Both variables: kernel builders read FLYDSL_GPU_ARCH, the backend reads ARCH; with
     # neither FlyDSL silently targets gfx942.
     os.environ["ARCH"] = arch
@@ -339,7 +361,7 @@ class FlyDSLKernel:
     def cache_key(self, arch: str) -> str:
         return cache_key(source_hash(), flydsl_version(), arch,
                          {"schema": CACHE_SCHEMA, "dtype": self.dtype, "head_dim": self.head_dim,
-                          "causal": self.causal, **dict(self.config)})
+                          "causal": self.causal, "linker": linker_version(), **dict(self.config)})
 
     def launch(self, image: bytes, symbol: str) -> tuple[list[list], int]:
         """([word, type, divisibility, offset] per field, kernarg size), from the image's own
