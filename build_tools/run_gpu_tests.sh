@@ -3,6 +3,8 @@
 # machine itself, then run pytest. Works unchanged on NVIDIA sm_90 and on AMD gfx942/gfx950
 # (ROCm torch). Needs python3 with torch and triton, cmake, a C++17 compiler and libzstd.
 # Offline machines: put the wheels of zstandard and msgpack-cxx in .whl/ (README, "GPU runs").
+# gfx950 also builds the flydsl family: the flydsl 0.4.2 wheel (installed, or in .whl/) and an
+# ld.lld (Debian lld-19, or ROCm's /opt/rocm/llvm/bin/ld.lld); build_tools/install_flydsl.sh.
 #   usage: build_tools/run_gpu_tests.sh [pytest args...]     logs go to $OUT (default ./gpu-logs)
 #   BENCH=1 also runs the runtime and torch overhead benchmarks and `attnpack bench` after the tests.
 #   FILES="tests/gpu/test_torch_sdpa.py ..." runs only those test files.

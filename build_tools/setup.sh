@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # From a fresh machine to libattnpack, the default bundle and the PyTorch extension, verified:
-#   system packages -> .venv (torch, triton, build/test deps, attnpack editable) -> cmake build
-#   -> inspect. No GPU needed. Re-running it is cheap: the compile cache keeps finished kernels.
+#   system packages -> .venv (torch, triton, build/test deps, attnpack editable) -> FlyDSL
+#   toolchain (build_tools/install_flydsl.sh) -> cmake build -> inspect. No GPU needed.
+#   Re-running it is cheap: the compile cache keeps finished kernels.
 # The package finds what this builds in build/ by itself (python/attnpack/_locate.py), so
 # `import attnpack.torch; attnpack.torch.enable()` and `attnpack explain` need no variables.
 # Environment: ATTNPACK_TARGET_ARCHS (default: python/attnpack/targets.py's default set,
@@ -28,6 +29,9 @@ $PY -m pip install -q --upgrade pip >/dev/null
 $PY -c "import torch" 2>/dev/null || $PY -m pip install -q "torch==2.13.0"
 # The editable install is the Python package alone (pyproject.toml: no CMake run in it).
 $PY -m pip install -q "triton==3.6.0" "numpy<2.4" "msgpack-cxx==7.0.0" -e ".[build,test]"
+# The flydsl family's compiler (build time only): flydsl (needs torch, installed above), Debian's
+# lld-19 as its linker under a private ROCM_PATH, llvm-22's objdump for the gfx950 checks.
+bash build_tools/install_flydsl.sh "$PY" >/dev/null
 
 # One CMake build: libattnpack (build/runtime), the archives (build/bundle) and the PyTorch
 # extension (build/torch/libattnpack_torch.so), built against the installed torch.

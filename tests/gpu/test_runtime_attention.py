@@ -73,7 +73,8 @@ def test_forward_and_backward_match_math_sdpa(through_runtime, B, Hq, Hkv, Sq, S
                                               dtype, layout):
     report = family_check.check(B, Hq, Hkv, Sq, Sk, D, causal, dtype, layout=layout)
     family, op, key = through_runtime[-1].split("/")[:3]
-    assert (family, op) in {("triton", "fwd"), ("gluon", "fwd")}, through_runtime
+    # sm_90: triton or gluon; gfx950: triton or flydsl (a forward whose LSE triton's backward reads)
+    assert (family, op) in {("triton", "fwd"), ("gluon", "fwd"), ("flydsl", "fwd")}, through_runtime
     assert key == f"{dtype}-d{D}-{'causal' if causal else 'full'}", through_runtime
     print(through_runtime[-1], report)
 

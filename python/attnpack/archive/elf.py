@@ -123,11 +123,9 @@ def _cuda_facts(data: bytes, flags: int, symbol: str) -> KernelFacts:
     return facts
 
 
-def _amdgpu_facts(data: bytes, flags: int, symbol: str) -> KernelFacts:
+def amdgpu_kernel_metadata(data: bytes, symbol: str) -> dict:
+    """The `amdhsa.kernels` entry of `symbol` from the NT_AMDGPU_METADATA note (msgpack)."""
     sections = _sections(data)
-    mach = flags & 0xFF  # EF_AMDGPU_MACH (LLVM's AMDGPUUsage)
-    known = by_elf(EM_AMDGPU, mach)
-    facts = KernelFacts("amdgpu", known.arch if known else f"gfx-unknown-0x{mach:x}", set(_symbol_table(data, sections).values()))
     note = next((s for s in sections if s[1] == 7), None)  # SHT_NOTE
     if note is None:
         raise ElfError("no note section with AMDGPU code object metadata")
@@ -141,7 +139,15 @@ def _amdgpu_facts(data: bytes, flags: int, symbol: str) -> KernelFacts:
     kernels = [k for k in (meta or {}).get("amdhsa.kernels", []) if k.get(".name") == symbol]
     if not kernels:
         raise ElfError(f"no amdhsa.kernels entry named '{symbol}'")
-    k = kernels[0]
+    return kernels[0]
+
+
+def _amdgpu_facts(data: bytes, flags: int, symbol: str) -> KernelFacts:
+    sections = _sections(data)
+    mach = flags & 0xFF  # EF_AMDGPU_MACH (LLVM's AMDGPUUsage)
+    known = by_elf(EM_AMDGPU, mach)
+    facts = KernelFacts("amdgpu", known.arch if known else f"gfx-unknown-0x{mach:x}", set(_symbol_table(data, sections).values()))
+    k = amdgpu_kernel_metadata(data, symbol)
     args = [a for a in k.get(".args", []) if not a[".value_kind"].startswith("hidden_")]
     facts.params = [(a[".offset"], a[".size"]) for a in args]
     facts.param_names = [a.get(".name", "") for a in args]

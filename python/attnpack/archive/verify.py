@@ -5,7 +5,6 @@ machine and arch, entry symbol, parameter layout and resource use against the la
 """
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
 
 from attnpack import abi
@@ -244,25 +243,53 @@ def _check_image(ar: Archive, i: int, steps: list[dict], warnings: list[str]) ->
     for s in steps:
         spec = [(p[3], abi.WIRE_SIZE.get(p[1], 0)) for p in s["params"] if len(p) == 4]
         # CUDA launches with one pointer per parameter, in order, so the list must be the
-        # image's, whole; an AMD object that lists its arguments must list exactly these plus
-        # the padding the step records (left zero). An object that lists none (hand-written
-        # assembly) is checked by its segment size.
-        padding = [tuple(p) for p in s.get("padding", []) if isinstance(p, list) and len(p) == 2]
+        # image's, whole; an AMD object that lists its arguments must have each one filled
+        # exactly by the launch spec (see _fills_arguments), or listed as padding the step
+        # leaves zero (format 2.1). An object that lists none (hand-written assembly) is checked
+        # by its segment size.
+        padding = [tuple(p) for p in s.get("padding", [])
+                   if isinstance(p, list) and len(p) == 2 and all(isinstance(v, int) for v in p)]
         if facts.machine == "cuda" and (spec != facts.params or padding):
             problems.append(f"{where}: ELF parameters (offset, size) {facts.params} disagree "
                             f"with the launch spec's {spec}"
                             + (f" and padding {padding}" if padding else ""))
-        elif facts.params and Counter(spec + padding) != Counter(facts.params):
-            problems.append(f"{where}: ELF parameters (offset, size) {facts.params} disagree "
-                            f"with the launch spec's {spec}"
-                            + (f" and padding {padding}" if padding else ""))
+        if facts.machine != "cuda" and facts.params:
+            problems += [f"{where}: {p}" for p in _fills_arguments(spec + padding, facts.params)]
         if facts.kernarg_size != s["kernarg_size"]:
             problems.append(f"{where}: ELF kernarg size {facts.kernarg_size} != launch spec "
                             f"{s['kernarg_size']}")
         if s["shared"] > t.shared_bytes:
             problems.append(f"{where}: {s['shared']} bytes of shared memory > {t.shared_bytes}")
+        if facts.machine != "cuda" and res["lds_bytes"] + s["shared"] > t.shared_bytes:
+            # the group segment (static LDS) is allocated on top of the dynamic request
+            problems.append(f"{where}: {res['lds_bytes']} bytes of static LDS + {s['shared']} "
+                            f"dynamic > {t.shared_bytes}")
         if s["block"][0] > t.max_threads:
             problems.append(f"{where}: {s['block'][0]} threads per block > {t.max_threads}")
+    return problems
+
+
+def _fills_arguments(spec: list[tuple[int, int]], args: list[tuple[int, int]]) -> list[str]:
+    """Launch-spec fields (offset, size) against an AMD object's arguments (offset, size):
+    every field lies inside one argument, and every argument is filled end to end, by one field
+    of its size (a pointer, a scalar) or by consecutive fields (a by-value struct, such as
+    FlyDSL's per-tensor layout {i32 extents, i64 strides}). No byte is left to chance."""
+    problems = []
+    fields = sorted(spec)
+    for off, size in args:
+        inside = [f for f in fields if off <= f[0] < off + size]
+        at = off
+        for f_off, f_size in inside:
+            if f_off != at:
+                break
+            at = f_off + f_size
+        if at != off + size:
+            problems.append(f"ELF argument ({off}, {size}) (offset, size) is not filled end to "
+                            f"end by the launch spec's fields {inside}")
+    for f_off, f_size in fields:
+        if not any(off <= f_off and f_off + f_size <= off + size for off, size in args):
+            problems.append(f"launch spec field ({f_off}, {f_size}) (offset, size) lies in no "
+                            f"ELF argument {args}")
     return problems
 
 
