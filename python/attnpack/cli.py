@@ -334,8 +334,12 @@ def db_explain(file, shape, dtype, causal, op, as_json):
 @click.option("--arch", default=None,
               help="The GPU arch to assume (sm_90, ...); without --archive, the installed "
                    "archive for it (`attnpack locate`), no GPU needed.")
+@click.option("--num-sms", type=click.IntRange(1, 100000), default=None,
+              help="With --archive: the device's multiprocessor / CU count to explain for "
+                   "(kernels may require one: AITER's gfx942 forwards, 304 or 80); default 132.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def explain_sdpa(shape, dtype, causal, op, dropout_p, deterministic, device, archive, arch, as_json):
+def explain_sdpa(shape, dtype, causal, op, dropout_p, deterministic, device, archive, arch, num_sms,
+                 as_json):
     """Which kernel serves an F.sdpa call with attnpack enabled, or why PyTorch's own does.
 
     \b
@@ -343,9 +347,13 @@ def explain_sdpa(shape, dtype, causal, op, dropout_p, deterministic, device, arc
       attnpack explain --shape 2,32,8,4096,4096,128 --dtype bf16 --causal
       attnpack explain --shape 1,8,8,100,1000,64 --causal --op bwd --archive out/attnpack-0.1.0-sm_90.apk --arch sm_90
       attnpack explain --shape 1,8,8,128,128,64 --arch sm_90      # the installed sm_90 archive
+      attnpack explain --shape 2,32,8,4096,4096,128 --causal --arch gfx942 --num-sms 304
     """
     if arch and not archive:
         archive = _packaged_archive(arch)
+    if num_sms is not None:
+        # an archive is explained through the recording driver, which pretends this count
+        os.environ["ATTNPACK_RECORDING_NUM_SMS"] = str(num_sms)
     try:
         import attnpack.torch as attnpack_torch
         result = attnpack_torch.explain(_parse_shape(shape), dtype, causal, op, dropout_p=dropout_p,

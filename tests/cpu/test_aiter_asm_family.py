@@ -439,3 +439,22 @@ def test_an_offline_build_names_the_wheel_and_the_way_out(tmp_path, monkeypatch)
         assert part in message
     assert isinstance(e.value, CompileFailure)     # the object's read, in a compile worker
     assert not (tmp_path / "out").exists() or not list((tmp_path / "out").iterdir())
+
+
+def test_explain_an_archive_for_a_given_cu_count(archives):
+    """`attnpack explain --archive` explains through the recording driver; --num-sms sets the
+    count it pretends (a fresh process: the count is read when the bundle opens)."""
+    def explain(*extra):
+        run = subprocess.run([sys.executable, "-m", "attnpack.cli", "explain", "--shape",
+                              "2,32,8,4096,4096,128", "--causal", "--archive",
+                              str(archives["gfx942"]), "--arch", "gfx942", *extra],
+                             capture_output=True, text=True, timeout=300,
+                             env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                                 [str(kernels_root().parents[1] / "python"),
+                                  os.environ.get("PYTHONPATH", "")])})
+        assert run.returncode == 0, run.stderr
+        return run.stdout
+    assert f"kernel:   {MI300} (family aiter_asm)" in explain("--num-sms", "304")
+    text = explain()
+    assert "kernel:   triton/fwd/bf16-d128-causal/" in text
+    assert "needs a 304-CU device): this device has 132" in text
