@@ -444,8 +444,6 @@ bool integer_value(const ParamSlot& slot, const Problem& problem, int64_t& value
   return !__builtin_mul_overflow(base, slot.multiplier, &value);
 }
 
-const char* fact_word(Fact fact) { return kFactWords[size_t(fact)]; }
-
 int64_t fact_value(Fact fact, const Problem& problem) {
   switch (fact) {
     case Fact::B: return problem.sizes[kB];

@@ -60,10 +60,8 @@ bool is_integer_source(ParamSource source);
 // 64 bits. A stride is in elements, or bytes under Transform::Bytes.
 bool integer_value(const ParamSlot& slot, const Problem& problem, int64_t& value);
 
-// The integer facts of a problem a requirement or a workspace shape names (abi.
-// REQUIREMENT_WORDS, abi.WORKSPACE_SIZES).
+// The integer facts of a problem a requirement names (abi.REQUIREMENT_WORDS).
 enum class Fact : uint8_t { B, Hq, Hkv, Sq, Sk, HeadDim, GqaGroup, NumSms };
-const char* fact_word(Fact fact);
 // The value of `fact`; NumSms is 0 when the device was not asked.
 int64_t fact_value(Fact fact, const Problem& problem);
 
