@@ -14,35 +14,19 @@ interpreter's bf16 is garbage, MACHINE-NOTES).
 from __future__ import annotations
 
 import math
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+import interpreter
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _interpreter_active() -> bool:
-    if os.environ.get("TRITON_INTERPRET") != "1":
-        return False
-    import triton.language.standard as standard
-    from triton.runtime.interpreter import InterpretedFunction
-    return isinstance(standard.zeros, InterpretedFunction)
-
-
-if not _interpreter_active():
+if not interpreter.active():
 
     def test_lse_contract_in_child_process():
-        env = {**os.environ, "TRITON_INTERPRET": "1",
-               "PYTHONPATH": os.pathsep.join([str(ROOT / "python"), os.environ.get("PYTHONPATH", "")])}
-        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                               "-W", "ignore::DeprecationWarning", str(Path(__file__))],
-                              cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-        print(proc.stdout[-6000:], proc.stderr[-3000:])
-        assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
-        assert " passed" in proc.stdout and " failed" not in proc.stdout
+        interpreter.run_file_in_child(__file__)
 
 else:
     import torch
