@@ -37,27 +37,23 @@ def checkout_build_dir() -> Path | None:
     return repo / "build" if repo else None
 
 
-def runtime_library_candidates() -> list[Path]:
-    explicit = os.environ.get("ATTNPACK_RUNTIME_LIB")
+def _library_candidates(variable: str, library: str, build_subdirs: tuple[str, ...]) -> list[Path]:
+    """$variable alone when set; else the wheel's lib/, then the checkout's build folders."""
+    explicit = os.environ.get(variable)
     if explicit:
         return [Path(explicit)]
-    candidates = [INSTALLED_LIB_DIR / RUNTIME_LIBRARY]
     build = checkout_build_dir()
-    if build:
-        # build/rt: the runtime alone (cmake -S runtime -B build/rt)
-        candidates += [build / "runtime" / RUNTIME_LIBRARY, build / "rt" / RUNTIME_LIBRARY]
-    return candidates
+    return [INSTALLED_LIB_DIR / library] + [build / sub / library for sub in build_subdirs
+                                            if build is not None]
+
+
+def runtime_library_candidates() -> list[Path]:
+    # build/rt: the runtime alone (cmake -S runtime -B build/rt)
+    return _library_candidates("ATTNPACK_RUNTIME_LIB", RUNTIME_LIBRARY, ("runtime", "rt"))
 
 
 def torch_library_candidates() -> list[Path]:
-    explicit = os.environ.get("ATTNPACK_TORCH_LIB")
-    if explicit:
-        return [Path(explicit)]
-    candidates = [INSTALLED_LIB_DIR / TORCH_LIBRARY]
-    build = checkout_build_dir()
-    if build:
-        candidates.append(build / "torch" / TORCH_LIBRARY)
-    return candidates
+    return _library_candidates("ATTNPACK_TORCH_LIB", TORCH_LIBRARY, ("torch",))
 
 
 def _holds_archives(folder: Path) -> bool:
