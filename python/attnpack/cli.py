@@ -507,5 +507,41 @@ def db_seed(arch, out_path):
     click.echo(f"{out_path}: {len(tdb.entries)} untuned entries")
 
 
+@db.command("merge")
+@click.argument("files", nargs=-1, required=True,
+                type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("-o", "--out", "out_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
+              help="The merged database (may be one of FILES).")
+def db_merge(files, out_path):
+    """Merge databases of one arch, later FILES winning per key (a partial re-tune over the
+    shipped database). Entries without `deterministic` get it, and their fastest deterministic
+    candidate, from the families' declarations.
+
+    \b
+    Example:
+      attnpack db merge aot/tuning_db/sm_90.jsonl retuned_bwd.jsonl -o aot/tuning_db/sm_90.jsonl
+    """
+    from attnpack.family import load_families
+    from attnpack.tune.db import DbError, merge_dbs, record_determinism, save_db
+    try:
+        merged = merge_dbs([_load_db(f) for f in files])
+    except DbError as e:
+        raise click.ClickException(str(e))
+    declared = {v.name: v.deterministic for f in load_families().values()
+                if merged.arch in f.archs for v in f.all_variants(merged.arch)}
+
+    def is_deterministic(name):
+        if name not in declared:
+            raise click.ClickException(f"{name}: no family declares this kernel for {merged.arch}")
+        return declared[name]
+    for key, entry in merged.entries.items():
+        if "deterministic" not in entry:
+            merged.entries[key] = record_determinism(entry, is_deterministic)
+    save_db(merged, out_path)
+    nondet = sum(1 for e in merged.entries.values() if not e["deterministic"])
+    click.echo(f"{out_path}: {len(merged.entries)} entries ({nondet} not deterministic), "
+               f"status {merged.provenance['status']}")
+
+
 if __name__ == "__main__":
     main()

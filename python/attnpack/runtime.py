@@ -92,7 +92,11 @@ class Problem(ctypes.Structure):
                 ("q", Tensor), ("k", Tensor), ("v", Tensor), ("o", Tensor),
                 ("lse", ctypes.c_void_p),
                 ("dout", Tensor), ("dq", Tensor), ("dk", Tensor), ("dv", Tensor),
-                ("kernel", ctypes.c_char_p)]  # version 2
+                ("kernel", ctypes.c_char_p),  # version 2
+                ("flags", ctypes.c_uint32)]   # version 3: PROBLEM_DETERMINISTIC
+
+
+PROBLEM_DETERMINISTIC = 0x1
 
 
 class KernelInfo(ctypes.Structure):
@@ -198,17 +202,20 @@ def _text(call) -> str:
 def make_problem(op: str, dtype: str, *, B: int, Hq: int, Hkv: int, Sq: int, Sk: int, D: int,
                  causal: bool = False, scale: float | None = None,
                  strides: Mapping[str, tuple[int, int, int, int]] | None = None,
-                 pointers: Mapping[str, int] | None = None, kernel: str | None = None) -> Problem:
+                 pointers: Mapping[str, int] | None = None, kernel: str | None = None,
+                 deterministic: bool = False) -> Problem:
     """A problem by numbers: strides default to contiguous [B, H, S, D]; pointers to NULL.
 
     `strides`/`pointers` are keyed by tensor name (q k v o do dq dk dv, and lse for pointers).
     `kernel` forces that archive kernel by name instead of the selection (`attnpack tune`).
+    `deterministic` selects among deterministic kernels only (ATTNPACK_PROBLEM_DETERMINISTIC).
     """
     problem = Problem(struct_size=ctypes.sizeof(Problem), op=OPS.get(op, op),
                       dtype=DTYPES.get(dtype, dtype), causal=int(causal), batch=B, heads_q=Hq,
                       heads_kv=Hkv, seqlen_q=Sq, seqlen_k=Sk, head_dim=D,
                       softmax_scale=0.0 if scale is None else scale,
-                      kernel=kernel.encode() if kernel else None)
+                      kernel=kernel.encode() if kernel else None,
+                      flags=PROBLEM_DETERMINISTIC if deterministic else 0)
     strides, pointers = dict(strides or {}), dict(pointers or {})
     for field in TENSOR_FIELDS:
         name = "do" if field == "dout" else field

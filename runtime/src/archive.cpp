@@ -374,13 +374,26 @@ TuningRecord read_tuning(const Node& node, const std::vector<KernelRecord>& kern
                           ", which is not a boundary of buckets." + axis);
       }
     }
-    auto found = kernel_index.find(name);
-    if (found == kernel_index.end()) item.inconsistent(where() + "names kernel " + name + ", which is not in the index");
-    entry.kernel = found->second;
-    const KernelRecord& kernel = kernels[entry.kernel];
-    if (kernel.op != entry.op || kernel.key.dtype != entry.key.dtype || kernel.key.head_dim != entry.key.head_dim ||
-        kernel.key.causal != entry.key.causal) {
-      item.inconsistent(where() + "names kernel " + name + ", which is for " + key_text(kernel.op, kernel.key));
+    // A kernel of the index for the entry's op and functional key.
+    auto entry_kernel = [&](const Node& node, const std::string& kernel_name) {
+      auto found = kernel_index.find(kernel_name);
+      if (found == kernel_index.end()) {
+        node.inconsistent(where() + "names kernel " + kernel_name + ", which is not in the index");
+      }
+      const KernelRecord& kernel = kernels[found->second];
+      if (kernel.op != entry.op || kernel.key.dtype != entry.key.dtype || kernel.key.head_dim != entry.key.head_dim ||
+          kernel.key.causal != entry.key.causal) {
+        node.inconsistent(where() + "names kernel " + kernel_name + ", which is for " + key_text(kernel.op, kernel.key));
+      }
+      return found->second;
+    };
+    entry.kernel = entry_kernel(item, name);
+    if (const std::optional<Node> alternate = item.maybe("deterministic_kernel")) {
+      const std::string alternate_name = alternate->str();
+      entry.deterministic_kernel = entry_kernel(*alternate, alternate_name);
+      if (!kernels[*entry.deterministic_kernel].deterministic) {
+        alternate->inconsistent(where() + "names kernel " + alternate_name + " as deterministic, which it is not");
+      }
     }
     auto [first, fresh] = seen.emplace(Key{entry.op, entry.key.dtype, entry.key.head_dim, entry.key.causal,
                                            entry.gqa, entry.sq, entry.sk}, i);

@@ -12,13 +12,14 @@
 #include <unordered_map>
 #include <vector>
 
+#include "attnpack/attnpack.h"
 #include "sha256.hpp"
 #include "target.hpp"
 
 namespace attnpack {
 
-constexpr uint16_t kFormatMajor = 2;
-constexpr uint16_t kFormatMinor = 1;
+constexpr uint16_t kFormatMajor = ATTNPACK_ARCHIVE_FORMAT_MAJOR;
+constexpr uint16_t kFormatMinor = 2;  // the newest minor this runtime knows (informational)
 
 // A family's declared policy (the index's `families`).
 struct FamilyRecord {
@@ -128,6 +129,9 @@ struct TuningEntry {
   FunctionalKey key;
   uint32_t gqa = 0, sq = 0, sk = 0;  // bucket values (boundaries from TuningRecord)
   uint32_t kernel = 0;               // index into kernels
+  // 2.2: the fastest deterministic candidate when `kernel` is not deterministic (serves under
+  // ATTNPACK_PROBLEM_DETERMINISTIC); none when kernel is deterministic or no candidate was.
+  std::optional<uint32_t> deterministic_kernel;
 };
 
 // The index's `tuning` map. An archive without it has no buckets and no entries.

@@ -90,6 +90,11 @@ Problem problem_from_c(const attnpack_problem* c_problem) {
   for (int t = 0; t < kNumTensors; ++t) problem.tensors[t] = view_of(*tensors[t]);
   problem.lse = reinterpret_cast<uint64_t>(c.lse);
   problem.kernel = c.kernel;
+  if (c.flags & ~ATTNPACK_PROBLEM_DETERMINISTIC) {
+    fail(ATTNPACK_STATUS_INVALID_ARGUMENT, "attnpack_problem.flags has unknown bits " +
+                                               std::to_string(c.flags & ~ATTNPACK_PROBLEM_DETERMINISTIC));
+  }
+  problem.deterministic = (c.flags & ATTNPACK_PROBLEM_DETERMINISTIC) != 0;
   return problem;
 }
 

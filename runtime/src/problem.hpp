@@ -45,6 +45,7 @@ struct Problem {
   TensorView tensors[kNumTensors];
   uint64_t lse = 0;                  // float32, contiguous [B, Hq, Sq]
   const char* kernel = nullptr;      // forced kernel name (the caller's, valid for the call)
+  bool deterministic = false;        // ATTNPACK_PROBLEM_DETERMINISTIC: deterministic kernels only
 
   // Logical [B, H, S, D] extents of an element tensor.
   void shape_of(TensorId tensor, int64_t out[4]) const;

@@ -86,17 +86,17 @@ Selector::Selector(const Archive& archive, const std::vector<KernelPlan>& plans)
   // The archive reader has checked each entry: its kernel exists with the entry's key, its
   // bucket values are boundaries, and no key repeats.
   for (const TuningEntry& entry : archive.tuning().entries) {
-    if (auto key = key_of(entry.op, entry.key)) tuned_[TunedKey{*key, entry.gqa, entry.sq, entry.sk}] = entry.kernel;
+    if (auto key = key_of(entry.op, entry.key)) tuned_[TunedKey{*key, entry.gqa, entry.sq, entry.sk}] = &entry;
   }
   index_entries();
 }
 
 void Selector::index_entries() {
   const TuningRecord& tuning = archive_.tuning();
-  for (const auto& [key, kernel] : tuned_) {
+  for (const auto& [key, entry] : tuned_) {
     entries_by_functional_[key.functional].push_back(
         {position(tuning.gqa_bounds, key.gqa), position(tuning.seqlen_bounds, key.sq),
-         position(tuning.seqlen_bounds, key.sk), kernel, key.gqa, key.sq, key.sk});
+         position(tuning.seqlen_bounds, key.sk), key.gqa, key.sq, key.sk, entry});
   }
   // A fixed order (gqa, sq, sk), so that equal distances resolve as in Python.
   for (auto& [functional, entries] : entries_by_functional_) {
@@ -129,7 +129,7 @@ const Selector::PlacedEntry* Selector::nearest_entry(const TunedKey& key) const 
   return best;
 }
 
-std::optional<std::pair<uint32_t, Origin>> Selector::tuned_candidate(const Problem& p, uint64_t functional,
+std::optional<std::pair<const TuningEntry*, Origin>> Selector::tuned_candidate(const Problem& p, uint64_t functional,
                                                                      std::vector<std::string>* trace) const {
   if (tuned_.empty() && !trace) return std::nullopt;  // the launch path skips the bucketing
   const TuningRecord& tuning = archive_.tuning();
@@ -156,7 +156,7 @@ std::optional<std::pair<uint32_t, Origin>> Selector::tuned_candidate(const Probl
       note("no tuned entry; nearest tuned entry gqa" + std::to_string(e.gqa) + " sq" + std::to_string(e.sq) + " sk" +
            std::to_string(e.sk));
     }
-    return std::make_pair(e.kernel, Origin::Nearest);
+    return std::make_pair(e.entry, Origin::Nearest);
   }
   note("no tuned entry");
   return std::nullopt;
@@ -275,6 +275,11 @@ Selection Selector::select(const Problem& p, std::vector<std::string>* trace) co
   };
   Candidate candidates[2];
   size_t count = 0;
+  auto deterministic = [&](uint32_t kernel) { return plans_[kernel].record->deterministic; };
+  auto nondeterministic_note = [&](Origin origin, uint32_t kernel, const char* instead) {
+    note(origin_word(origin) + plans_[kernel].record->name + ": skipped, not deterministic (deterministic mode); " +
+         instead);
+  };
   if (p.kernel) {
     const uint32_t forced = forced_kernel(p);
     const KernelRecord& kernel = *plans_[forced].record;
@@ -283,13 +288,33 @@ Selection Selector::select(const Problem& p, std::vector<std::string>* trace) co
       return unsupported("kernel " + kernel.name + " is for " + key_text(kernel.op, kernel.key) + ", the problem is " +
                          functional_text(p));
     }
+    if (p.deterministic && !deterministic(forced)) {
+      return unsupported("deterministic mode: kernel " + kernel.name + " is not deterministic");
+    }
     candidates[count++] = {forced, Origin::Forced};
   } else {
     const uint64_t functional = key_of(p.op, p.dtype, p.head_dim, p.causal);
     auto found = defaults_.find(functional);
     if (found == defaults_.end()) return unsupported(unbuilt_reason(p));
-    if (auto tuned = tuned_candidate(p, functional, trace)) candidates[count++] = {tuned->first, tuned->second};
-    candidates[count++] = {found->second, Origin::Default};
+    if (auto tuned = tuned_candidate(p, functional, trace)) {
+      const auto [entry, origin] = *tuned;
+      if (!p.deterministic || deterministic(entry->kernel)) {
+        candidates[count++] = {entry->kernel, origin};
+      } else if (entry->deterministic_kernel) {
+        nondeterministic_note(origin, entry->kernel, "its entry's deterministic kernel instead");
+        candidates[count++] = {*entry->deterministic_kernel, origin};
+      } else {
+        nondeterministic_note(origin, entry->kernel, "its entry has no deterministic kernel");
+      }
+    }
+    if (!p.deterministic || deterministic(found->second)) {
+      candidates[count++] = {found->second, Origin::Default};
+    } else {
+      nondeterministic_note(Origin::Default, found->second, "no other candidate");
+    }
+    if (count == 0) {
+      return unsupported("deterministic mode: no kernel declared deterministic serves " + functional_text(p));
+    }
   }
   std::string mismatch;
   for (size_t i = 0; i < count; ++i) {
@@ -319,7 +344,10 @@ Selection Selector::select(const Problem& p, std::vector<std::string>* trace) co
 std::vector<uint32_t> Selector::selectable_kernels() const {
   std::set<uint32_t> kernels;
   for (const auto& [key, kernel] : defaults_) kernels.insert(kernel);
-  for (const auto& [key, kernel] : tuned_) kernels.insert(kernel);
+  for (const auto& [key, entry] : tuned_) {
+    kernels.insert(entry->kernel);
+    if (entry->deterministic_kernel) kernels.insert(*entry->deterministic_kernel);
+  }
   return {kernels.begin(), kernels.end()};
 }
 

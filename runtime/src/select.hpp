@@ -7,6 +7,8 @@
 // without an entry takes the nearest entry of the same functional key (the rule of
 // python/attnpack/tune/db.py `nearest_entry`, docs/tuning.md); the `selection` table's
 // default for the functional key serves only where the functional key has no entry at all.
+// A deterministic problem (ATTNPACK_PROBLEM_DETERMINISTIC) takes only kernels declared
+// deterministic: an entry's `deterministic_kernel` stands in for a winner that is not.
 #pragma once
 
 #include <cstdint>
@@ -75,14 +77,15 @@ class Selector {
   };
 
   std::string unbuilt_reason(const Problem& problem) const;
-  // The tuning entry's kernel for this problem (its own entry, else the nearest one of its
-  // functional key), if the archive has one.
-  std::optional<std::pair<uint32_t, Origin>> tuned_candidate(const Problem& problem, uint64_t functional,
+  // The tuning entry for this problem (its own entry, else the nearest one of its functional
+  // key), if the archive has one.
+  std::optional<std::pair<const TuningEntry*, Origin>> tuned_candidate(const Problem& problem, uint64_t functional,
                                                              std::vector<std::string>* trace) const;
   // A tuning entry placed by its bucket positions (indices into the boundaries).
   struct PlacedEntry {
     int32_t g, q, k;
-    uint32_t kernel, gqa, sq, sk;
+    uint32_t gqa, sq, sk;
+    const TuningEntry* entry;
   };
   static int32_t position(const std::vector<uint32_t>& bounds, uint32_t value);
   void index_entries();
@@ -96,7 +99,7 @@ class Selector {
   const Archive& archive_;
   const std::vector<KernelPlan>& plans_;
   std::unordered_map<uint64_t, uint32_t> defaults_;  // key -> kernel
-  std::unordered_map<TunedKey, uint32_t, TunedKeyHash> tuned_;  // tuning entries -> kernel
+  std::unordered_map<TunedKey, const TuningEntry*, TunedKeyHash> tuned_;  // the archive's entries
   std::unordered_map<uint64_t, std::vector<PlacedEntry>> entries_by_functional_;
   // What is built, for the reason a problem is not served.
   std::set<std::string> ops_;

@@ -45,7 +45,7 @@ static int print_layout(void) {
     FIELD(attnpack_problem, q); FIELD(attnpack_problem, k); FIELD(attnpack_problem, v);
     FIELD(attnpack_problem, o); FIELD(attnpack_problem, lse); FIELD(attnpack_problem, dout);
     FIELD(attnpack_problem, dq); FIELD(attnpack_problem, dk); FIELD(attnpack_problem, dv);
-    FIELD(attnpack_problem, kernel);
+    FIELD(attnpack_problem, kernel); FIELD(attnpack_problem, flags);
   });
   STRUCT(attnpack_kernel_info, {
     FIELD(attnpack_kernel_info, struct_size); FIELD(attnpack_kernel_info, num_steps);

@@ -157,7 +157,7 @@ def test_determinism_follows_the_serving_kernel(extension, toy_archive, mode, se
     assert result["served"] is served, result
     assert result["nondeterministic_warning"] is warns
     if not served:
-        assert result["reason"] == "deterministic mode: the toy backward is not declared deterministic"
+        assert result["reason"] == "deterministic mode: no kernel declared deterministic serves bwd fp16 d32 full"
 
 
 def test_deterministic_mode_is_read_from_pytorch(extension, toy_archive):

@@ -280,7 +280,7 @@ TOY = "toy/{op}/fp16-d32-{mask}/BLOCK16_warps1"
     (dict(entry="efficient_fwd", shape=(1, 4, 2, 16, 16, 32)), "Hq != Hkv on the efficient op"),
     (dict(shape=(1, 3, 2, 16, 16, 32)), "Hq not a multiple of Hkv"),
     (dict(shape=(0, 2, 2, 16, 16, 32)), "empty tensor"),
-    (dict(op="bwd", deterministic=True), "deterministic mode: the toy backward is not declared deterministic"),
+    (dict(op="bwd", deterministic=True), "deterministic mode: no kernel declared deterministic serves bwd fp16 d32 full"),
     # what the runtime says about this archive
     (dict(dtype="bf16"), "dtype bf16 not built"),
     (dict(dtype="fp32", entry="efficient_fwd"), "dtype fp32 not built"),

@@ -400,5 +400,5 @@ def test_nondeterministic_backward_warns_like_pytorch_or_falls_back(undeclared_b
     error = result["error"]
     assert served(error["stats"], "flash_bwd") == 0
     assert error["stats"]["fallbacks"] == {
-        "deterministic mode: the undeclared backward is not declared deterministic": 1}
+        "deterministic mode: no kernel declared deterministic serves bwd fp16 d64 causal": 1}
     assert not [w for w in error["warnings"] if "attnpack" in w]

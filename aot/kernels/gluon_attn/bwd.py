@@ -223,7 +223,7 @@ class DkdvBarriers:
 # --------------------------------------------------------------------------------------------
 @gluon.jit
 def _dkdv_load(q_desc, k_desc, v_desc, do_desc, smem, bars, lse_ptr, delta_ptr,
-               Hq, Hkv, Sq, Sk, qk_scale,
+               Hq, Hkv, Sq, Sk, sm_scale,
                BLOCK_M: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr):
     blk = _key_block(Hq, Hkv, Sq, Sk, BLOCK_M, CAUSAL)
     row_layout: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
@@ -236,8 +236,10 @@ def _dkdv_load(q_desc, k_desc, v_desc, do_desc, smem, bars, lse_ptr, delta_ptr,
         tma.async_copy_global_to_shared(v_desc, [blk.b, blk.h_kv, row, 0], bars.kv_ready,
                                         smem.v.index(half))
     qdo_bytes: gl.constexpr = q_desc.block_type.nbytes + do_desc.block_type.nbytes
-    # P = exp2(qk_scale·s − log2(e)·LSE) = exp2(qk_scale·(s − LSE/scale)): LSE in score units
-    lse_to_scores = LOG2E / qk_scale
+    # P = exp(scale·s − LSE) = exp2(qk_scale·(s − LSE/scale)): the LSE in score units, the
+    # difference taken before the base change. For a power-of-two scale 1/scale is exact, and
+    # so is s − LSE/scale = 0 of a row's winning key when |q·k| ~ 1e37 (issue 18's extremes).
+    lse_to_scores = 1.0 / sm_scale
     stage = 0
     phase = 0
     for h in range(blk.h_first, blk.h_end):
@@ -345,8 +347,9 @@ def _dkdv_tile(smem, bars, dq_accum, dk_acc, dv_acc, k, v, key0, t, stage, phase
     minus_delta = s_zero - gl.expand_dims(smem.delta.index(stage).load(col_layout), 0)
     dpT = warpgroup_mma(v, do.permute([1, 0]), minus_delta, is_async=True)
     sT = warpgroup_mma_wait(1, deps=[sT])
-    # ---- Pᵀ = exp(scale·Sᵀ − LSE); dV += Pᵀ·dO
-    pT = gl.exp2(sT * qk_scale)
+    # ---- Pᵀ = exp(scale·Sᵀ − LSE), at most 1 even where the fp32 LSE rounded below the max;
+    # dV += Pᵀ·dO
+    pT = gl.exp2(gl.minimum(sT, 0.0) * qk_scale)
     pT_op = gl.convert_layout(pT.to(dtype), op_layout)
     dv_acc = warpgroup_mma(pT_op, do, dv_acc, is_async=True)
     # ---- dSᵀ = Pᵀ ⊙ (dPᵀ − Δ); dK += dSᵀ·Q
@@ -475,7 +478,7 @@ def _dkdv_program(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_accum,
                            Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
                            BLOCK_M, HEAD_DIM, STAGES, CAUSAL, FUSED_DQ)),
         (_dkdv_load, (q_desc, k_desc, v_desc, do_desc, smem, bars, lse_ptr, delta_ptr,
-                      Hq, Hkv, Sq, Sk, qk_scale, BLOCK_M, STAGES, CAUSAL)),
+                      Hq, Hkv, Sq, Sk, sm_scale, BLOCK_M, STAGES, CAUSAL)),
     ], [4, 1], [CONSUMER_REGS, LOAD_REGS])
 
 
@@ -595,7 +598,7 @@ def _dq_load(q_desc, k_desc, v_desc, do_desc, smem, bars, Hq, Hkv, Sq, Sk,
 
 
 @gluon.jit
-def _dq_consume(dq_desc, smem, bars, lse_ptr, delta_ptr, Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
+def _dq_consume(dq_desc, smem, bars, lse_ptr, delta_ptr, Hq, Hkv, Sq, Sk, sm_scale,
                 CONSUMER: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                 STAGES: gl.constexpr, CAUSAL: gl.constexpr):
     """dQ of this consumer's 64 query rows over the block's key tiles."""
@@ -609,7 +612,7 @@ def _dq_consume(dq_desc, smem, bars, lse_ptr, delta_ptr, Hq, Hkv, Sq, Sk, qk_sca
     row0 = blk.start + CONSUMER * HALF_N
     rows = row0 + gl.arange(0, HALF_N, layout=row_layout)
     at = (blk.b * Hq + blk.h).to(gl.int64) * Sq + rows
-    lse2 = gl.load(lse_ptr + at, mask=rows < Sq, other=float("inf")) * LOG2E
+    lse = gl.load(lse_ptr + at, mask=rows < Sq, other=float("inf"))
     delta = gl.load(delta_ptr + at, mask=rows < Sq, other=0.0)
     s_zero = gl.zeros([HALF_N, BLOCK_N], gl.float32, s_layout)
     # dQ stays an in-flight wgmma accumulator across iterations: its GEMM of tile j finishes
@@ -633,8 +636,10 @@ def _dq_consume(dq_desc, smem, bars, lse_ptr, delta_ptr, Hq, Hkv, Sq, Sk, qk_sca
         dq, ds_op = warpgroup_mma_wait(2, deps=[dq, ds_op])
         mbarrier.arrive(bars.kv_free.index((j + STAGES - 1) % STAGES), pred=j > 0)
         s = warpgroup_mma_wait(1, deps=[s])
-        # ---- P from the forward's LSE, masked on the diagonal and past Sk
-        p = gl.exp2(s * qk_scale - gl.expand_dims(lse2, 1))
+        # ---- P = exp(scale·S − LSE) from the forward's LSE, the difference in natural units
+        # before the base change and at most 0 (as the triton family's), masked on the
+        # diagonal and past Sk
+        p = gl.exp2(gl.minimum(s * sm_scale - gl.expand_dims(lse, 1), 0.0) * LOG2E)
         col0 = j * BLOCK_N
         needs_mask = col0 + BLOCK_N > Sk
         if CAUSAL:
@@ -663,24 +668,24 @@ def _dq_consume(dq_desc, smem, bars, lse_ptr, delta_ptr, Hq, Hkv, Sq, Sk, qk_sca
 
 
 @gluon.jit
-def _dq_consumer0(dq_desc, smem, bars, lse_ptr, delta_ptr, Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
+def _dq_consumer0(dq_desc, smem, bars, lse_ptr, delta_ptr, Hq, Hkv, Sq, Sk, sm_scale,
                   BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
                   CAUSAL: gl.constexpr):
-    _dq_consume(dq_desc, smem, bars, lse_ptr, delta_ptr, Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
+    _dq_consume(dq_desc, smem, bars, lse_ptr, delta_ptr, Hq, Hkv, Sq, Sk, sm_scale,
                 0, BLOCK_N, HEAD_DIM, STAGES, CAUSAL)
 
 
 @gluon.jit
-def _dq_consumer1(dq_desc, smem, bars, lse_ptr, delta_ptr, Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
+def _dq_consumer1(dq_desc, smem, bars, lse_ptr, delta_ptr, Hq, Hkv, Sq, Sk, sm_scale,
                   BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
                   CAUSAL: gl.constexpr):
-    _dq_consume(dq_desc, smem, bars, lse_ptr, delta_ptr, Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
+    _dq_consume(dq_desc, smem, bars, lse_ptr, delta_ptr, Hq, Hkv, Sq, Sk, sm_scale,
                 1, BLOCK_N, HEAD_DIM, STAGES, CAUSAL)
 
 
 @gluon.jit
 def attn_bwd_dq(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_ptr, delta_ptr,
-                Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
+                Hq, Hkv, Sq, Sk, sm_scale,
                 BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
                 CAUSAL: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOAD_REGS: gl.constexpr):
     """Deterministic variant's dQ. grid: (cdiv(Sq, 128), B * Hq); num_warps = 4 (consumer 0)."""
@@ -700,10 +705,10 @@ def attn_bwd_dq(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_ptr, delta_ptr,
         mbarrier.init(bars.kv_free.index(i), count=2)   # both consumers release each tile
 
     gl.warp_specialize([
-        (_dq_consumer0, (dq_desc, smem, bars, lse_ptr, delta_ptr, Hq, Hkv, Sq, Sk, qk_scale,
-                         sm_scale, BLOCK_N, HEAD_DIM, STAGES, CAUSAL)),
-        (_dq_consumer1, (dq_desc, smem, bars, lse_ptr, delta_ptr, Hq, Hkv, Sq, Sk, qk_scale,
-                         sm_scale, BLOCK_N, HEAD_DIM, STAGES, CAUSAL)),
+        (_dq_consumer0, (dq_desc, smem, bars, lse_ptr, delta_ptr, Hq, Hkv, Sq, Sk, sm_scale,
+                         BLOCK_N, HEAD_DIM, STAGES, CAUSAL)),
+        (_dq_consumer1, (dq_desc, smem, bars, lse_ptr, delta_ptr, Hq, Hkv, Sq, Sk, sm_scale,
+                         BLOCK_N, HEAD_DIM, STAGES, CAUSAL)),
         (_dq_load, (q_desc, k_desc, v_desc, do_desc, smem, bars, Hq, Hkv, Sq, Sk,
                     BLOCK_N, STAGES, CAUSAL)),
     ], [4, 1], [CONSUMER_REGS, LOAD_REGS])

@@ -11,8 +11,9 @@ MAGIC = b"ATTNPACK"
 # families carry their policy and kernels whether they are deterministic.
 # 2.1 (additive): kernels may carry `requires`, steps `padding`, families `notice`; parameter
 # words gain const:<literal>, <word>*<n>, Hq_per_Hkv and lse strides.
+# 2.2 (additive): a tuning entry may carry `deterministic_kernel`.
 FORMAT_MAJOR = 2
-FORMAT_MINOR = 1
+FORMAT_MINOR = 2
 # magic, major, minor, meta size, sha256(meta)
 PREAMBLE = struct.Struct("<8sHHI32s")
 ZSTD_LEVEL = 19

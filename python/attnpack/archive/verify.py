@@ -70,15 +70,21 @@ def _check_index(ar: Archive) -> list[str]:
     tables = [("selection", e, "") for e in ar.index["selection"]]
     tables += [("tuning", e, f" gqa{e['gqa']} sq{e['sq']} sk{e['sk']}")
                for e in ar.index.get("tuning", {}).get("entries", [])]
-    # Both tables map a key to a kernel, which must exist and serve exactly that key.
+    # Both tables map a key to a kernel, which must exist and serve exactly that key; a tuning
+    # entry's deterministic alternate (2.2) too, and it must be declared deterministic.
     for table, entry, buckets in tables:
         label = f"{table}: entry {entry['op']} {FunctionalKey.of(entry).text}{buckets}"
-        k = by_name.get(entry["kernel"])
-        if k is None:
-            problems.append(f"{label} names missing kernel {entry['kernel']}")
-        elif k["op"] != entry["op"] or any(k["key"][f] != entry[f]
-                                           for f in ("dtype", "head_dim", "causal")):
-            problems.append(f"{label} points at {entry['kernel']}, whose key differs")
+        for field in ("kernel", "deterministic_kernel"):
+            if field not in entry:
+                continue
+            k = by_name.get(entry[field])
+            if k is None:
+                problems.append(f"{label} names missing kernel {entry[field]}")
+            elif k["op"] != entry["op"] or any(k["key"][f] != entry[f]
+                                               for f in ("dtype", "head_dim", "causal")):
+                problems.append(f"{label} points at {entry[field]}, whose key differs")
+            elif field == "deterministic_kernel" and not k["deterministic"]:
+                problems.append(f"{label} names {entry[field]} as deterministic, which it is not")
     return problems
 
 

@@ -39,9 +39,10 @@ def write_archive(path: Path, *, arch: str, target: dict, bundle_version: str,
                              "which is not in the archive")
     tuning = tuning or {"buckets": {}, "entries": [], "provenance": {}}
     for entry in tuning["entries"]:
-        if entry["kernel"] not in names:
-            raise ValueError(f"{path.name}: tuning entry names kernel {entry['kernel']!r}, "
-                             "which is not in the archive")
+        for field in ("kernel", "deterministic_kernel"):
+            if field in entry and entry[field] not in names:
+                raise ValueError(f"{path.name}: tuning entry names {field} {entry[field]!r}, "
+                                 "which is not in the archive")
     for image in images:
         if image.kind != target["image_kind"] or not image.raw:
             raise ValueError(f"{path.name}: image {image.symbol!r} is empty or a {image.kind!r}; "

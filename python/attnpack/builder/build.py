@@ -97,13 +97,20 @@ def plan_variants(req: BuildRequest, arch: str, families: dict[str, FamilySpec],
                     for v in f.all_variants(arch)}
         chosen_names = {f.name for f in chosen}
         for entry in db.entries.values():
-            v = declared.get(entry["kernel"])
-            if v is None:
-                raise BuildError(f"{db.path}: entry {entry_key(entry).text} selects "
-                                 f"{entry['kernel']}, which no family declares for {arch} — "
-                                 "re-run `attnpack tune` or fix the entry")
-            if v.family in chosen_names and _wanted(req, v):
-                variants[v.name] = v
+            for field in ("kernel", "deterministic_kernel"):
+                if field not in entry:
+                    continue
+                v = declared.get(entry[field])
+                if v is None:
+                    raise BuildError(f"{db.path}: entry {entry_key(entry).text} selects "
+                                     f"{entry[field]}, which no family declares for {arch} — "
+                                     "re-run `attnpack tune` or fix the entry")
+                if field == "deterministic_kernel" and not v.deterministic:
+                    raise BuildError(f"{db.path}: entry {entry_key(entry).text} names "
+                                     f"{v.name} as its deterministic kernel, but its family "
+                                     "does not declare it deterministic — fix the entry")
+                if v.family in chosen_names and _wanted(req, v):
+                    variants[v.name] = v
     if req.all_variants:
         for f in chosen:
             variants.update({v.name: v for v in f.all_variants(arch) if _wanted(req, v)})
@@ -174,7 +181,11 @@ def build_archives(req: BuildRequest, progress: Callable[[int, str], Callable[[i
         path = req.out_dir / archive_filename(__version__, arch)
         names = {v.name for v in variants}
         tuning = (dbs[arch] or TuningDb(arch, {"status": "none"})).compiled()
-        tuning["entries"] = [e for e in tuning["entries"] if e["kernel"] in names]
+        # `--family`/`--op` filters drop entries whose kernels were not built; an alternate
+        # that was not built is dropped alone.
+        tuning["entries"] = [e if e.get("deterministic_kernel") in names else
+                             {k: v for k, v in e.items() if k != "deterministic_kernel"}
+                             for e in tuning["entries"] if e["kernel"] in names]
         paths.append(write_archive(path, arch=arch, target=target(arch).meta(),
                                    bundle_version=__version__, compilers=compilers, images=images,
                                    kernels=kernels, selection=selection, families=fams,

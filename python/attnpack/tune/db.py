@@ -8,14 +8,18 @@ archive's index (`tuning`), which is all the runtime reads.
 An entry's key is (op, dtype, head_dim, causal, gqa, sq, sk) with gqa, sq and sk bucketed by
 `attnpack.tune.buckets`. Its value: the selected `family` and `kernel` (which names the config),
 the measured `time_us` and `tflops`, the best native PyTorch backend for the same shape
-(`native: {backend, time_us}`), the exact shape it was timed at (`shape`), and the candidates
-that were `rejected` for being wrong, with their errors.
+(`native: {backend, time_us}`), the exact shape it was timed at (`shape`), every surviving
+candidate's time (`candidates`), and the candidates that were `rejected` for being wrong, with
+their errors. `deterministic` says whether the winner's family declares it deterministic; when
+it does not, `deterministic_kernel` names the fastest deterministic candidate (what serves under
+torch.use_deterministic_algorithms(True)), if one survived.
 """
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from attnpack.keys import TUNE_FIELDS as KEY_FIELDS
 from attnpack.keys import TuneKey
@@ -69,8 +73,46 @@ class TuningDb:
         """What the archive index carries (docs/ARCHIVE.md, `tuning`)."""
         return {"buckets": {"seqlen": list(SEQLEN_BOUNDS), "gqa": list(GQA_BOUNDS)},
                 "provenance": self.provenance,
-                "entries": [{**{f: e[f] for f in KEY_FIELDS}, "kernel": e["kernel"]}
+                "entries": [{**{f: e[f] for f in KEY_FIELDS}, "kernel": e["kernel"],
+                             **({"deterministic_kernel": e["deterministic_kernel"]}
+                                if e.get("deterministic_kernel") else {})}
                             for _, e in sorted(self.entries.items())]}
+
+    def kernels(self) -> set[str]:
+        """Every kernel an entry selects: winners and deterministic alternates."""
+        return {e[f] for e in self.entries.values()
+                for f in ("kernel", "deterministic_kernel") if e.get(f)}
+
+
+def record_determinism(entry: dict, is_deterministic: Callable[[str], bool]) -> dict:
+    """The entry with its `deterministic` (its winner's declaration) and, for a winner that is
+    not deterministic, `deterministic_kernel`: the fastest deterministic one among its timed
+    `candidates`, if any. `is_deterministic(kernel name)` is the family's declaration."""
+    entry = {k: v for k, v in entry.items() if k != "deterministic_kernel"}
+    entry["deterministic"] = bool(is_deterministic(entry["kernel"]))
+    if not entry["deterministic"]:
+        times = {n: t for n, t in (entry.get("candidates") or {}).items() if is_deterministic(n)}
+        if times:
+            entry["deterministic_kernel"] = min(sorted(times), key=times.get)
+    return entry
+
+
+def merge_dbs(dbs: list[TuningDb]) -> TuningDb:
+    """One database from several of one arch: a later database's entry replaces an earlier
+    one's for the same key. The provenance is the last database's; its `status` stays `tuned`
+    only if every kept entry came from a tuned database, else it reads `partly tuned`."""
+    if not dbs:
+        raise DbError("nothing to merge")
+    arch = dbs[0].arch
+    merged = TuningDb(arch, dict(dbs[-1].provenance))
+    for db in dbs:
+        if db.arch != arch:
+            raise DbError(f"{db.path}: arch {db.arch}, the first database's is {arch}")
+        merged.entries.update(db.entries)
+    statuses = {db.provenance.get("status") for db in dbs
+                if any(merged.entries[k] is e for k, e in db.entries.items())}
+    merged.provenance["status"] = "tuned" if statuses == {"tuned"} else "partly tuned"
+    return merged
 
 
 def nearest_entry(key: Key, entries: dict[Key, dict]) -> dict | None:
@@ -159,7 +201,7 @@ def render_show(db: TuningDb) -> str:
            f"{p.get('gpu', '?')} driver {p.get('driver', '?')}, torch {p.get('torch', '?')}, "
            f"triton {p.get('triton', '?')}, {p.get('date', '?')}",
            f"{'op':4} {'dtype':5} {'hd':>4} {'causal':6} {'gqa':>3} {'sq':>6} {'sk':>6} "
-           f"{'family':8} {'us':>9} {'TFLOP/s':>8} {'native':>14} {'vs native':>9}  kernel"]
+           f"{'family':8} {'us':>9} {'TFLOP/s':>8} {'native':>14} {'vs native':>9} {'det':3}  kernel"]
     for key, e in sorted(db.entries.items()):
         op, dtype, hd, causal, gqa, sq, sk = key
         native = e.get("native") or {}
@@ -168,8 +210,16 @@ def render_show(db: TuningDb) -> str:
         t = f"{e['time_us']:.1f}" if e.get("time_us") else "-"
         tf = f"{e['tflops']:.0f}" if e.get("tflops") else "-"
         nat = f"{native.get('backend', '-')} {native.get('time_us', 0):.0f}" if native else "-"
+        det = {True: "yes", False: "NO"}.get(e.get("deterministic"), "?")
         out.append(f"{op:4} {dtype:5} {hd:>4} {str(causal):6} {gqa:>3} {sq:>6} {sk:>6} "
-                   f"{e['family']:8} {t:>9} {tf:>8} {nat:>14} {ratio:>9}  {e['kernel']}")
+                   f"{e['family']:8} {t:>9} {tf:>8} {nat:>14} {ratio:>9} {det:3}  {e['kernel']}")
+        if e.get("deterministic_kernel"):
+            alt = e["deterministic_kernel"]
+            alt_us = (e.get("candidates") or {}).get(alt)
+            out.append(f"{'':>83}deterministic: {alt}" + (f" ({alt_us:.1f} us)" if alt_us else ""))
+    nondet = sum(1 for e in db.entries.values() if e.get("deterministic") is False)
+    out.append(f"{nondet} of {len(db.entries)} winners are not deterministic (det NO); under "
+               "torch.use_deterministic_algorithms(True) their deterministic kernel serves")
     return "\n".join(out) + "\n"
 
 

@@ -10,6 +10,8 @@ For each key (op, dtype, head dim, causal, GQA class, Sq bucket, Sk bucket):
 3. the survivors are timed at steady state at a size big enough that launch overhead cannot
    decide (warm-up, L2 flush before every run, CUDA events, median of REPS);
 4. PyTorch's native backends (cuDNN, flash, efficient) are timed on the same shape.
+The entry records whether the winner is deterministic and, if not, the fastest deterministic
+candidate (`attnpack.tune.db.record_determinism`).
 The result is written after every key, so an interrupted run keeps what it measured and a
 re-run skips keys already in the output.
 """
@@ -24,7 +26,7 @@ from typing import Callable, Iterable
 
 from attnpack.tune.buckets import SEQLEN_BOUNDS, seqlen_bucket
 from attnpack.keys import TuneKey
-from attnpack.tune.db import TuningDb, load_db, save_db
+from attnpack.tune.db import TuningDb, load_db, record_determinism, save_db
 
 REJECT_FACTOR = 3.0
 ERROR_FLOOR = {"bf16": 4e-3, "fp16": 5e-4}    # no candidate is rejected below these errors
@@ -309,6 +311,8 @@ def tune_key(torch, runtime, bundle, bench: Bench, index: dict, key: TuneKey, lo
              "shape": {"B": B, "Hq": Hq, "Hkv": Hkv, "Sq": Sq, "Sk": Sk, "D": D},
              "candidates": {n: round(t, 2) for n, t in sorted(times.items())},
              "rejected": rejected}
+    deterministic = {k["name"]: k["deterministic"] for k in index["kernels"]}
+    entry = record_determinism(entry, deterministic.__getitem__)
     if natives:
         backend = min(natives, key=natives.get)
         entry["native"] = {"backend": backend, "time_us": round(natives[backend], 2),

@@ -37,7 +37,7 @@ extern "C" {
 #define ATTNPACK_VERSION_MINOR 1
 #define ATTNPACK_VERSION_PATCH 0
 /* The archive format major this runtime reads (any minor of it). */
-#define ATTNPACK_ARCHIVE_FORMAT_MAJOR 1
+#define ATTNPACK_ARCHIVE_FORMAT_MAJOR 2
 
 typedef enum attnpack_status {
   ATTNPACK_STATUS_OK = 0,
@@ -159,7 +159,16 @@ typedef struct attnpack_problem {
    * `attnpack tune`. A name the archive lacks is ATTNPACK_STATUS_INVALID_ARGUMENT; a kernel
    * for another op or functional key, or whose layout checks fail, is UNSUPPORTED. */
   const char* kernel;
+  /* Version 3. ATTNPACK_PROBLEM_* bits; 0: none. */
+  uint32_t flags;
 } attnpack_problem;
+
+/* Select only kernels whose family declares them deterministic (bitwise-equal outputs for equal
+ * inputs), as torch.use_deterministic_algorithms(True) asks: a tuning entry whose winner is
+ * not deterministic serves its `deterministic_kernel` (the fastest deterministic candidate
+ * measured for that key) instead; with none, the functional key's default serves if it is
+ * deterministic, else the problem is UNSUPPORTED. Forwards are always deterministic. */
+#define ATTNPACK_PROBLEM_DETERMINISTIC 0x1u
 
 typedef struct attnpack_kernel_info {
   uint32_t struct_size;

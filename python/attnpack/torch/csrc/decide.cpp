@@ -320,6 +320,9 @@ Decision decide(const Call& call, attnpack_bundle* explain, bool checked) {
     p.o = planned_output(call.entry, q);
   }
 
+  // torch.use_deterministic_algorithms(True): the runtime picks among deterministic kernels
+  // (a tuning entry's deterministic alternate). Under warn_only the fastest serves, with a warning.
+  if (backward && call.deterministic && !call.deterministic_warn_only) p.flags = ATTNPACK_PROBLEM_DETERMINISTIC;
   d.kernel.struct_size = sizeof(attnpack_kernel_info);
   const attnpack_status status = attnpack_select(d.bundle, &p, &d.kernel);
   if (status == ATTNPACK_STATUS_UNSUPPORTED) {
