@@ -12,9 +12,7 @@ export ATTNPACK_TORCH_LIB=$PWD/build-gpu/torch/libattnpack_torch.so
 export ATTNPACK_BUNDLE_DIR=$PWD/build-gpu/bundle
 export ATTNPACK_RUNTIME_LIB=$PWD/build-gpu/runtime/libattnpack.so
 mkdir -p "$LOGS"
-for i in 1 2 3; do
-  build-gpu/runtime/runtime_overhead --json --kernel triton/fwd/bf16-d128-causal/M64_N64_warps4_stages3
-done > "$LOGS/runtime_overhead.json" 2>&1
+PY=$PY build_tools/runtime_overhead_runs.sh "$LOGS" > /dev/null || echo "runtime_overhead: a run failed ($LOGS/runtime_overhead.json)"
 $PY bench/torch_overhead.py > "$LOGS/torch_overhead.txt" 2>&1
 $PY -m attnpack.cli bench --out "$LOGS/bench" "$@" > "$LOGS/bench.txt" 2> "$LOGS/bench.err"
 echo "attnpack bench exit $?"

@@ -64,11 +64,9 @@ for file in ${FILES:-tests/gpu/test_*.py}; do
   echo "$name: $last"
 done
 if [ "${BENCH:-0}" = 1 ]; then
-  # The triton default forward of its problem, as in every earlier run: the bench's bare-launch
-  # replay cannot take the gluon kernels' tensor maps, and the tuning db picks gluon there now.
-  for i in 1 2 3; do
-    build-gpu/runtime/runtime_overhead --json --kernel triton/fwd/bf16-d128-causal/M64_N64_warps4_stages3
-  done 2>&1 | tee "$LOGS/runtime_overhead.json"
+  # Forward and backward, the default selection and one kernel of each family the archive has
+  # for the bench's problem: $LOGS/runtime_overhead.json.
+  PY=$PY build_tools/runtime_overhead_runs.sh "$LOGS" || status=1
   $PY bench/torch_overhead.py 2>&1 | tee "$LOGS/torch_overhead.txt"
   # attnpack against PyTorch's backends over both shape sets, plus the dynamic-lengths report:
   # results.json/.csv, report.md (docs/performance.md) and the plots (with matplotlib) in $LOGS/bench.
