@@ -215,3 +215,44 @@ def test_deterministic_variants_are_bitwise_repeatable(archive, D, causal):
                         assert torch.equal(a, b), f"{name}: not bitwise repeatable"
                     spread = max(spread, (a.float() - b.float()).abs().max().item())
             print(f"{name}: largest run-to-run difference {spread:.3e}")
+
+
+# Extreme values (docs/torch.md, "Large values"): queries at `value`, keys value·(1 − j/64) so key
+# 0 wins every row outright, |q·k| up to ~1e37 in fp32. With a power-of-two scale (head dim 64)
+# the forward's LSE is exactly scale·max, so P of the winner must come out exactly 1 and every
+# other P exactly 0: dV is then exact. P is taken in natural units and clamped at 0 before the
+# base change, so no row can overflow where the LSE rounded (head dim 128: finite only).
+EXTREMES = [("bf16", 1e18, 64, 40), ("fp16", 65504.0, 64, 40), ("bf16", 133120.0, 128, 300),
+            ("fp16", 65504.0, 128, 300)]
+
+
+@pytest.mark.parametrize("dtype,value,D,S", EXTREMES, ids=[f"{c[0]}-{c[1]:g}-d{c[2]}-S{c[3]}"
+                                                           for c in EXTREMES])
+def test_extreme_values_give_exact_dv_and_finite_gradients(archive, dtype, value, D, S):
+    dt = DTYPES[dtype]
+    q = torch.full((1, 2, S, D), value, device="cuda", dtype=dt)
+    keys = (value * (1 - torch.arange(S, device="cuda", dtype=torch.float64) / 64)).to(dt)
+    k = keys[None, None, :, None].expand(1, 2, S, D).contiguous()
+    torch.manual_seed(11)
+    v, do = (torch.randn(1, 2, S, D, device="cuda", dtype=dt) for _ in range(2))
+    scale = 1.0 / math.sqrt(D)
+    s = (q.double() @ k.double().transpose(-1, -2)) * scale
+    lse = torch.logsumexp(s, -1)
+    p = torch.softmax(s, -1)
+    o = (p @ v.double()).to(dt)
+    want_dv = p.transpose(-1, -2) @ do.double()
+    failures = []
+    with rt.Bundle(archive) as bundle:
+        for name in kernels_of(archive, dtype, D, False):
+            dq, dk, dv = run_kernel(bundle, name, q, k, v, do, o, lse.float().contiguous(),
+                                    False, scale)
+            torch.cuda.synchronize()
+            for label, got in (("dq", dq), ("dk", dk), ("dv", dv)):
+                if not torch.isfinite(got).all():
+                    failures.append(f"{name}: {label} not finite")
+            if D == 64:
+                err = (dv.double() - want_dv).abs().max().item()
+                ulp = torch.finfo(dt).eps
+                if not err <= ulp * max(1.0, want_dv.abs().max().item()):
+                    failures.append(f"{name}: dv error {err:.3g}")
+    assert not failures, "\n".join(failures)
