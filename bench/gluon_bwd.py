@@ -13,10 +13,14 @@ the bf16 gluon forwards, and the triton family's default backwards. Per shape:
     and not timed), then timed; the fastest `det0` (fp32 atomics) and `det1` (deterministic)
     are reported separately, each with the kernel that served it;
   - triton: the triton family's default backward on the same O and LSE;
-  - cuDNN and flash: F.sdpa forward, and its backward through autograd (K/V expanded to Hq
-    heads outside the timed region for GQA, so their time has no dK/dV group reduction).
-Timing: triton.testing.do_bench, median, with its L2 flush. FLOPs: forward 4·B·Hq·Sq·Sk·D,
-halved when causal; backward 2.5x that. fwd+bwd ratios are time(cuDNN fwd + bwd) /
+  - cuDNN and flash: F.sdpa forward, and its backward through autograd, as `attnpack bench`
+    measures them (attnpack.bench.measure: the backend forced, grouped-query heads as they are,
+    enable_gqa, so their backward does its own dK/dV group reduction); the gradients to check
+    against are cuDNN's (flash's where cuDNN refuses the shape).
+Timing: attnpack.bench's Timer (--warmup untimed calls, then --reps timed calls, each after an
+L2 flush, between CUDA events; the median counts). FLOPs and inputs are attnpack.bench's too:
+the tuner's count, forward 4·B·Hq·D per visible (query, key) pair (all Sq·Sk without a mask;
+under causal query i sees keys 0..i), backward 2.5x that. fwd+bwd ratios are time(cuDNN fwd + bwd) /
 time(gluon fwd + gluon bwd), so above 1 is faster than cuDNN.
 """
 from __future__ import annotations
@@ -33,20 +37,24 @@ import torch
 import triton
 
 sys.path.insert(0, str(Path(__file__).parent))
-from triton_family import (BACKENDS, SHAPES, flops, fmt, inputs, label,  # noqa: E402
-                           matmul_rate, pytorch, ratio_summary, timed)
+from triton_family import SHAPES, fmt, ratio_summary  # noqa: E402
 
 from attnpack import runtime as rt  # noqa: E402
 from attnpack.archive import read_archive  # noqa: E402
+from attnpack.bench.measure import backend, make_inputs, sdpa_call, time_op  # noqa: E402
+from attnpack.bench.shapes import Shape, dims_label, load_shape_file, shape_flops  # noqa: E402
+from attnpack.bench.timing import Timer, matmul_tflops  # noqa: E402
 from attnpack.builder import BuildRequest, build_archives  # noqa: E402
 
 # The forwards the sm_90 tuning database picks most often (docs/gluon-family.md).
 FWD_CONFIGS = ("M64_N128_stages3_overlap1", "M64_N128_stages3_overlap1_persistent1",
                "M64_N64_stages3_overlap1_persistent1", "M64_N128_stages2_persistent1")
 # Model shapes the issue names: GQA 4 and 8, head dim 128, causal, S = 1k..8k, ~16k tokens.
-GQA_SHAPES = [{"batch": 16384 // s, "heads_q": 32, "heads_kv": 32 // g, "seqlen_q": s,
-               "seqlen_k": s, "head_dim": 128, "causal": True, "dtype": "bf16"}
+GQA_SHAPES = [Shape(batch=16384 // s, heads_q=32, heads_kv=32 // g, seqlen_q=s, seqlen_k=s,
+                     head_dim=128, causal=True, dtype="bf16")
               for g in (4, 8) for s in (1024, 2048, 4096, 8192)]
+# PyTorch's backends timed beside ours; the first that gives gradients is the yardstick.
+PYTORCH = ("cudnn", "flash")
 
 
 def archives(folder: Path | None) -> dict[str, Path]:
@@ -67,40 +75,47 @@ def archives(folder: Path | None) -> dict[str, Path]:
     return found
 
 
-def bench_shape(shape, bundles, names, warmup, rep, max_diff):
-    q, k, v, do = inputs(shape)
-    causal, scale = shape["causal"], 1.0 / math.sqrt(shape["head_dim"])
-    f_fwd, f_bwd = flops(shape, "fwd"), flops(shape, "bwd")
-    key = {"dtype": shape["dtype"], "head_dim": shape["head_dim"], "causal": causal}
-    row = {"shape": label(shape), "wrong": {}, "bwd": {}, "fwd_ms": {}, "bwd_ms": {}}
+def bench_shape(shape: Shape, bundles, names, timer: Timer, max_diff):
+    q, k, v, do = tensors = make_inputs(shape)
+    causal, scale = shape.causal, 1.0 / math.sqrt(shape.head_dim)
+    f_fwd, f_bwd = shape_flops(shape, "fwd"), shape_flops(shape, "bwd")
+    tag = key_tag(shape)
+    row = {"shape": dims_label(shape), "wrong": {}, "refused": {}, "bwd": {}, "fwd_ms": {},
+           "bwd_ms": {}}
 
-    # PyTorch's backends: forward and backward times, and cuDNN's gradients as the yardstick
+    # PyTorch's backends: forward and backward times (a refusal is recorded, not timed), and
+    # the first one's gradients as the yardstick (dK/dV with heads_kv heads, as ours)
     want = None
-    for name, backend in BACKENDS[:2]:
-        try:
-            p_fwd, p_bwd, _ = pytorch(q, k, v, do, causal, scale, backend)
-        except RuntimeError:
-            continue
-        row["fwd_ms"][name] = timed(p_fwd, warmup, rep)
-        row["bwd_ms"][name] = timed(p_bwd, warmup, rep)
-        if want is None:
-            group = q.shape[1] // k.shape[1]
-            dq, dk, dv = p_bwd()
-            want = (dq, dk.unflatten(1, (-1, group)).sum(2), dv.unflatten(1, (-1, group)).sum(2))
+    for name in PYTORCH:
+        with backend(name):
+            for op in ("fwd", "bwd"):
+                timing = time_op(name, op, shape, tensors, timer)
+                if "ms" in timing:
+                    row[f"{op}_ms"][name] = timing["ms"]
+                else:
+                    row["refused"][f"{name} {op}"] = timing["error"]
+            if want is None and name in row["bwd_ms"]:
+                want = sdpa_call("bwd", q, k, v, do, causal)()
+    if want is None:
+        raise RuntimeError(f"{row['shape']}: neither of {', '.join(PYTORCH)} gives gradients to "
+                           f"check the gluon backward against: {row['refused']}")
 
     # the gluon forward: the fastest of FWD_CONFIGS; its O and LSE feed every backward
     o = torch.empty_like(q)
-    lse = torch.empty(q.shape[:3], device="cuda", dtype=torch.float32)
+    lse = torch.empty(q.shape[:3], device=q.device, dtype=torch.float32)
     best = None
     for config in FWD_CONFIGS:
-        kernel = f"gluon/fwd/{key_tag(key)}/{config}"
+        kernel = f"gluon/fwd/{tag}/{config}"
         if kernel not in names["gluon-fwd"]:
             continue
         run = lambda kernel=kernel: rt.forward(bundles["gluon-fwd"], q, k, v, causal=causal,
                                                scale=scale, out=o, lse=lse, kernel=kernel)
-        ms = timed(run, warmup, rep)
+        ms = timer.median_ms(run)
         if best is None or ms < best[1]:
             best = (kernel, ms)
+    if best is None:
+        raise RuntimeError(f"{row['shape']}: the gluon-fwd archive has none of FWD_CONFIGS "
+                           f"for {tag}")
     row["gluon_fwd"], row["fwd_ms"]["gluon"] = best
     rt.forward(bundles["gluon-fwd"], q, k, v, causal=causal, scale=scale, out=o, lse=lse,
                kernel=best[0])
@@ -111,7 +126,7 @@ def bench_shape(shape, bundles, names, warmup, rep, max_diff):
         return lambda: rt.backward(bundle, do, q, k, v, o, lse, causal=causal, scale=scale,
                                    dq=grads[0], dk=grads[1], dv=grads[2], kernel=kernel)
 
-    for kernel in sorted(n for n in names["gluon-bwd"] if f"/{key_tag(key)}/" in n):
+    for kernel in sorted(n for n in names["gluon-bwd"] if f"/{tag}/" in n):
         run = backward(bundles["gluon-bwd"], kernel)
         run()
         torch.cuda.synchronize()
@@ -120,7 +135,7 @@ def bench_shape(shape, bundles, names, warmup, rep, max_diff):
         if not diff <= max_diff:  # NaN fails too
             row["wrong"][kernel] = diff
             continue
-        row["bwd"][kernel] = timed(run, warmup, rep)
+        row["bwd"][kernel] = timer.median_ms(run)
     for variant in ("det0", "det1"):
         timed_ms = {n: ms for n, ms in row["bwd"].items() if variant in n}
         kernel = min(timed_ms, key=timed_ms.get, default=None)
@@ -131,7 +146,7 @@ def bench_shape(shape, bundles, names, warmup, rep, max_diff):
     row["triton_bwd"] = bundles["triton-bwd"].select(rt.problem_from_tensors(
         "bwd", q, k, v, o, lse, do=do, dq=grads[0], dk=grads[1], dv=grads[2],
         causal=causal)).name
-    row["bwd_ms"]["triton"] = timed(run, warmup, rep)
+    row["bwd_ms"]["triton"] = timer.median_ms(run)
 
     row["bwd_tflops"] = {n: (f_bwd / ms / 1e9 if ms else None) for n, ms in row["bwd_ms"].items()}
     row["fwd_tflops"] = {n: (f_fwd / ms / 1e9 if ms else None) for n, ms in row["fwd_ms"].items()}
@@ -145,8 +160,9 @@ def bench_shape(shape, bundles, names, warmup, rep, max_diff):
     return row
 
 
-def key_tag(key) -> str:
-    return f"{key['dtype']}-d{key['head_dim']}-{'causal' if key['causal'] else 'full'}"
+def key_tag(shape: Shape) -> str:
+    """The functional key's part of a kernel name: 'bf16-d128-causal'."""
+    return f"{shape.dtype}-d{shape.head_dim}-{'causal' if shape.causal else 'full'}"
 
 
 def print_row(row):
@@ -169,16 +185,15 @@ def main(argv=None):
                     "first, then the GQA model shapes)")
     ap.add_argument("--no-gqa", action="store_true", help="leave out the GQA model shapes")
     ap.add_argument("--archives", type=Path, help="folder with gluon-bwd/, gluon-fwd/, triton-bwd/")
-    ap.add_argument("--warmup", type=int, default=25, help="do_bench warm-up, ms")
-    ap.add_argument("--rep", type=int, default=100, help="do_bench repetition time, ms")
+    ap.add_argument("--warmup", type=int, default=5, help="untimed calls before timing")
+    ap.add_argument("--reps", type=int, default=30, help="timed calls; the median counts")
     ap.add_argument("--max-diff", type=float, default=2e-2,
                     help="largest |grad - cuDNN's| / max|cuDNN's| a kernel may show and be timed")
     ap.add_argument("--json", type=Path, help="write the results here")
     args = ap.parse_args(argv)
-    shapes = [dict(s, group="public") for s in json.loads(args.shapes.read_text())["shapes"]
-              if s["head_dim"] in (64, 128)]
+    shapes = [("public", s) for s in load_shape_file(args.shapes) if s.head_dim in (64, 128)]
     if not args.no_gqa:
-        shapes += [dict(s, group="gqa") for s in GQA_SHAPES]
+        shapes += [("gqa", s) for s in GQA_SHAPES]
     if args.select:
         shapes = [shapes[int(i)] for i in args.select.split(",")]
     paths = archives(args.archives)
@@ -186,7 +201,8 @@ def main(argv=None):
     props = torch.cuda.get_device_properties(0)
     print(f"# {props.name}, torch {torch.__version__}, triton {triton.__version__}, "
           f"cuDNN {torch.backends.cudnn.version()}, {time.strftime('%Y-%m-%d')}")
-    rate = matmul_rate()
+    timer = Timer(reps=args.reps, warmup=args.warmup)
+    rate = matmul_tflops(timer)
     print(f"# dense bf16 matmul 8192^3: {rate:.0f} TFLOP/s")
     print(f"{'shape':<30} | {'bwd TFLOP/s: det0 det1 triton cuDNN flash':>25} | "
           f"{'bwd/cuDNN det0 det1 triton':>17} | {'fwd+bwd/cuDNN det0 det1':>11} | "
@@ -195,9 +211,9 @@ def main(argv=None):
     with rt.Bundle(paths["gluon-bwd"]) as gb, rt.Bundle(paths["gluon-fwd"]) as gf, \
             rt.Bundle(paths["triton-bwd"]) as tb:
         bundles = {"gluon-bwd": gb, "gluon-fwd": gf, "triton-bwd": tb}
-        for shape in shapes:
-            row = bench_shape(shape, bundles, names, args.warmup, args.rep, args.max_diff)
-            row["group"] = shape["group"]
+        for group, shape in shapes:
+            row = bench_shape(shape, bundles, names, timer, args.max_diff)
+            row["group"] = group
             rows.append(row)
             print_row(row)
             torch.cuda.empty_cache()
