@@ -27,7 +27,7 @@ A=$(ls "$PWD"/prebuilt/gluon-bwd/attnpack-*-sm_90.apk 2>/dev/null | head -1)
 [ -n "$A" ] && export ATTNPACK_GLUON_BWD_ARCHIVE=$A
 timeout 600 python3 -m pytest tests/gpu/test_gluon_bwd.py -q -rfE -p no:cacheprovider > "$OUT/test.log" 2>&1
 tail -4 "$OUT/test.log"
-timeout 600 python3 bench/gluon_bwd.py --archives prebuilt --warmup 5 --rep 20 --json "$OUT/bench.json" \
+timeout 600 python3 bench/gluon_bwd.py --archives prebuilt --warmup 5 --reps 20 --json "$OUT/bench.json" \
   > "$OUT/bench.txt" 2>&1
 grep "^#" "$OUT/bench.txt"
 A=$(ls "$PWD"/prebuilt/gluon-bwd/attnpack-*-sm_90.apk | head -1)

@@ -18,7 +18,7 @@ DBS = FIXTURES / "dbs"
 
 
 @pytest.mark.parametrize("s, expected", [
-    (1, 128), (127, 128), (128, 128), (129, 256), (1000, 1024), (1024, 1024), (1025, 2048),
+    (1, 16), (16, 16), (17, 128), (127, 128), (128, 128), (129, 256), (1000, 1024), (1024, 1024), (1025, 2048),
     (4096, 4096), (4097, 8192), (16384, 16384), (16385, 16384), (10 ** 6, 16384)])
 def test_seqlen_buckets(s, expected):
     assert seqlen_bucket(s) == expected
@@ -115,7 +115,7 @@ def test_db_selects_what_the_build_compiles(tmp_path, toy_build):
     # the 4 per-functional defaults plus the one non-default kernel the db selects, no more
     assert len(names) == 5 and "toy/fwd/fp16-d32-full/BLOCK32_warps2" in names
     tuning = ar.index["tuning"]
-    assert tuning["buckets"]["seqlen"][0] == 128 and tuning["buckets"]["gqa"] == [1, 2, 4, 8]
+    assert tuning["buckets"]["seqlen"][:2] == [16, 128] and tuning["buckets"]["gqa"] == [1, 2, 4, 8]
     assert tuning["entries"] == [{"op": "fwd", "dtype": "fp16", "head_dim": 32, "causal": False,
                                   "gqa": 1, "sq": 1024, "sk": 1024,
                                   "kernel": "toy/fwd/fp16-d32-full/BLOCK32_warps2"}]

@@ -3,12 +3,15 @@ boundaries, which the archive carries (index `tuning.buckets`), so the two canno
 
 Rule: a value falls into the first boundary that is >= the value; a value beyond the last
 boundary falls into the last one. Sequence lengths use SEQLEN_BOUNDS (so Sq=1000 and Sq=1024
-share bucket 1024, Sq=1025 is in 2048, and Sq=100000 is in 16384). The GQA ratio Hq/Hkv uses
+share bucket 1024, Sq=1025 is in 2048, and Sq=100000 is in 16384). Bucket 16 is decode: one new
+token, or a few speculative ones, against a long cache. A prefill tile of 64 or 128 query rows
+does the same work for Sq=1 as for Sq=128, so a kernel timed at Sq=128 tells little about Sq=1;
+decode keys are timed at Sq=16. The GQA ratio Hq/Hkv uses
 GQA_BOUNDS (ratio 1 is MHA; 3 and 4 share class 4; 16 falls into 8).
 """
 from __future__ import annotations
 
-SEQLEN_BOUNDS = (128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+SEQLEN_BOUNDS = (16, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 GQA_BOUNDS = (1, 2, 4, 8)
 
 
