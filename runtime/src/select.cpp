@@ -277,6 +277,7 @@ Selection Selector::select(const Problem& p, std::vector<std::string>* trace) co
   size_t count = 0;
   auto deterministic = [&](uint32_t kernel) { return plans_[kernel].record->deterministic; };
   auto nondeterministic_note = [&](Origin origin, uint32_t kernel, const char* instead) {
+    if (!trace) return;  // the launch path builds no strings
     note(origin_word(origin) + plans_[kernel].record->name + ": skipped, not deterministic (deterministic mode); " +
          instead);
   };

@@ -155,9 +155,8 @@ def test_merge_later_wins_and_show_marks_nondeterministic_winners(tmp_path):
     assert f" NO   {FAST}\n" in text and f"deterministic: {DET} (110.0 us)\n" in text
     assert text.endswith("1 of 2 winners are not deterministic (det NO); under "
                          "torch.use_deterministic_algorithms(True) their deterministic kernel serves\n")
-    # the archive carries the alternate; `kernels()` lists both for the builder
+    # the archive carries the alternate
     assert merged.compiled()["entries"][0]["deterministic_kernel"] == DET
-    assert merged.kernels() == {FAST, DET}
 
 
 def test_db_merge_cli_fills_determinism_from_the_families(tmp_path):

@@ -78,11 +78,6 @@ class TuningDb:
                                 if e.get("deterministic_kernel") else {})}
                             for _, e in sorted(self.entries.items())]}
 
-    def kernels(self) -> set[str]:
-        """Every kernel an entry selects: winners and deterministic alternates."""
-        return {e[f] for e in self.entries.values()
-                for f in ("kernel", "deterministic_kernel") if e.get(f)}
-
 
 def record_determinism(entry: dict, is_deterministic: Callable[[str], bool]) -> dict:
     """The entry with its `deterministic` (its winner's declaration) and, for a winner that is
