@@ -42,6 +42,9 @@ else:
     SMALL_FWD = {"M": 64, "N": 64, "warps": 4, "stages": 3}
     WIDE_FWD = {"M": 128, "N": 64, "warps": 8, "stages": 3}
     SMALL_BWD = {"kvN": 64, "kvM": 32, "kvW": 4, "kvS": 3, "qM": 64, "qN": 32, "qW": 4, "qS": 3}
+    # the decode kernel (decode.py): a 16-row tile packing a GQA group's query rows
+    DECODE = {"decode": 1, "M": 16, "N": 32, "warps": 4, "stages": 3}
+    DEC = dict(fwd_config=DECODE, bwd_config=SMALL_BWD)
 
     def reference(q, k, v, do, causal, scale):
         """float64 attention, with LSE and (dq, dk, dv); GQA by repeating K/V heads."""
@@ -110,6 +113,11 @@ else:
         "full-multitile-bshd-scale": (1, 2, 2, 129, 95, 64, False,
                                       dict(fwd_config=SMALL_FWD, bwd_config=SMALL_BWD,
                                            layout="bshd", scale=0.3)),
+        "decode-gqa8-sq1": (2, 16, 2, 1, 150, 64, False, DEC),
+        "decode-gqa4-sq3-causal": (1, 8, 2, 3, 70, 64, True, DEC),
+        "decode-gqa8-sq16-eight-passes": (1, 16, 2, 16, 90, 64, False, DEC),
+        "decode-d96-mha-bshd-scale": (1, 4, 4, 2, 33, 96, False, dict(DEC, layout="bshd", scale=0.3)),
+        "decode-sk-lt-sq-causal": (1, 2, 1, 5, 3, 32, True, DEC),
         "d32-sq1": (2, 2, 2, 1, 17, 32, False, {}),
         "d32-sk1-causal": (1, 2, 2, 17, 1, 32, True, {}),
         "d64-both1-causal": (1, 1, 1, 1, 1, 64, True, {}),

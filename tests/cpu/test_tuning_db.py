@@ -171,3 +171,11 @@ def test_docs_table_is_the_committed_sm_90_db():
     doc = (root / "docs" / "tuning.md").read_text()
     block = doc.split("<!-- db show sm_90 -->\n```\n", 1)[1].split("```", 1)[0]
     assert block == render_show(load_db(root / "aot" / "tuning_db" / "sm_90.jsonl"))
+
+
+def test_decode_keys_are_timed_as_serving_runs_them():
+    """Sq bucket 16: one new token for DECODE_BATCH sequences, not a batch grown to fill the GPU."""
+    from attnpack.keys import TuneKey
+    from attnpack.tune.runner import DECODE_BATCH, timing_shape
+    assert timing_shape(TuneKey("fwd", "bf16", 128, False, 8, 16, 8192)) == (DECODE_BATCH, 64, 8, 1, 8192, 128)
+    assert timing_shape(TuneKey("fwd", "bf16", 128, False, 8, 128, 8192))[3] == 128  # prefill as before

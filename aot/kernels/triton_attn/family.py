@@ -11,11 +11,13 @@ import inspect
 import triton
 import triton.language as tl
 
+from attnpack.abi import Requirement
 from attnpack.builder.backends.triton import TritonKernel
 from attnpack.family import FamilySpec, FunctionalKey, Step, Workspace
 from attnpack.targets import TARGETS
 
 from .bwd import attn_bwd_dkdv, attn_bwd_dq, attn_bwd_preprocess
+from .decode import attn_fwd_decode
 from .fwd import attn_fwd
 
 # Portable: every target of attnpack.targets, by vendor (a new target needs no edit here).
@@ -37,7 +39,13 @@ FWD_CONFIGS = (
     {"M": 128, "N": 64, "warps": 4, "stages": 1, "wpe": 2},
     {"M": 128, "N": 128, "warps": 8, "stages": 1, "wpe": 2},
     {"M": 64, "N": 64, "warps": 4, "stages": 1, "wpe": 1},
+    # decode (decode.py, sm_90): one program per (batch, KV head), the query rows of its GQA
+    # group packed into the Q tile; served only for Sq <= DECODE_MAX_SQ (the kernel's `requires`)
+    {"decode": 1, "M": 16, "N": 64, "warps": 4, "stages": 4},
+    {"decode": 1, "M": 64, "N": 64, "warps": 4, "stages": 3},
+    {"decode": 1, "M": 16, "N": 32, "warps": 4, "stages": 3},    # head dim 256
 )
+DECODE_MAX_SQ = 16
 
 # ---- backward: the dK/dV kernel owns kvN keys and steps over queries kvM at a time, with kvW
 # warps and kvS pipeline stages; the dQ kernel owns qM queries and steps over keys qN at a
@@ -103,6 +111,10 @@ def steps(arch: str, op: str, key: FunctionalKey, config) -> tuple[Step, ...]:
     per_kv_tile = lambda rows: ((("Sk", rows),), (("B", 1), ("Hkv", 1)), ())
     if op == "fwd":
         tiles = {"BLOCK_M": config["M"], "BLOCK_N": config["N"], "CAUSAL": key.causal}
+        if config.get("decode"):
+            per_kv_head = ((("B", 1), ("Hkv", 1)), (), ())
+            return (_step("fwd", attn_fwd_decode, per_kv_head, {**head, **tiles}, arch, config,
+                          config["warps"], config["stages"]),)
         return (_step("fwd", attn_fwd, per_q_tile(config["M"]), {**head, **tiles}, arch, config,
                       config["warps"], config["stages"]),)
     dkdv_tiles = {"BLOCK_M": config["kvM"], "BLOCK_N": config["kvN"], "CAUSAL": key.causal}
@@ -163,6 +175,13 @@ def excluded(arch: str, op: str, key: FunctionalKey, config) -> str | None:
         return (f"{fwd_registers_per_thread(key.head_dim, config)} fp32 accumulator/score "
                 "registers per thread would spill on sm_90")
     return None
+
+
+def requires(arch: str, op: str, key: FunctionalKey, config) -> tuple[Requirement, ...]:
+    if config.get("decode"):
+        return (Requirement("Sq", "<=", DECODE_MAX_SQ,
+                            f"the decode kernel serves at most {DECODE_MAX_SQ} query rows per head"),)
+    return ()
 
 
 def _find(op: str, **fields):
@@ -232,6 +251,7 @@ SPEC = FamilySpec(
     steps=steps,
     default_config=default_config,
     excluded=excluded,
+    requires=requires,
     workspace={"bwd": (Workspace("delta", ("B", "Hq", "Sq")),)},
     provenance={"license": "MIT", "origin": "attnpack (aot/kernels/triton_attn), original code"},
     # No atomics: every dK/dV tile is owned by one program that walks all of its query heads

@@ -36,6 +36,7 @@ REPS, WARMUP = 20, 5
 L2_FLUSH_BYTES = 256 << 20
 MAX_GRID_Y = 65535
 TIMED_BYTES = 8 << 30
+DECODE_BATCH = 16        # decode keys: 16 sequences x 8 KV heads = 128 (batch, KV head) pairs
 
 
 # The diagonal from 128 up, plus short-query and prefix-like shapes; decode (Sq bucket 16) keys
@@ -73,8 +74,14 @@ def causal_pairs(Sq: int, Sk: int) -> int:
 def timing_shape(key: TuneKey) -> tuple[int, int, int, int, int, int]:
     """(B, Hq, Hkv, Sq, Sk, D): Hkv=8, Hq=8·gqa, B grown until a call does TIMED_FLOP, but
     B·Hq stays within a launch grid's y dimension (MAX_GRID_Y), where the kernels put it, and
-    q, k, v, o (with their gradients for bwd) within TIMED_BYTES."""
+    q, k, v, o (with their gradients for bwd) within TIMED_BYTES.
+
+    Decode keys (Sq bucket 16) are timed as serving runs them instead: one new token (Sq = 1)
+    for a batch of DECODE_BATCH sequences. Grown to TIMED_FLOP the batch would fill the GPU with
+    (batch, head) programs and hide what decode kernels are for: few programs, long K/V."""
     hkv, hq = 8, 8 * key.gqa
+    if key.sq <= SEQLEN_BOUNDS[0]:
+        return DECODE_BATCH, hq, hkv, 1, key.sk, key.head_dim
     per_batch = flops("fwd", 1, hq, key.sq, key.sk, key.head_dim, key.causal)
     bytes_per_batch = 2 * key.head_dim * (2 * hq * key.sq + 2 * hkv * key.sk) * (
         2 if key.op == "bwd" else 1)
@@ -277,6 +284,9 @@ def tune_key(torch, runtime, bundle, bench: Bench, index: dict, key: TuneKey, lo
             errors[c["name"]] = Candidate(runtime, bundle, c["name"], key, scale).error(
                 torch, q, k, v, do, ref)
         except runtime.AttnpackError as e:
+            if e.status == runtime.Status.UNSUPPORTED:  # its `requires` (a decode kernel at Sq > 16)
+                log(f"  {c['name']}: not a candidate here ({e.message})")
+                continue
             errors[c["name"]] = math.inf
             log(f"  {c['name']}: {e}")
     finite = [e for e in errors.values() if math.isfinite(e)]

@@ -1,0 +1,95 @@
+"""Decode forward: a few query rows (Sq <= 16) per head against a long KV sequence.
+
+The prefill kernel (fwd.py) gives every (batch, q head) a program with a 64- or 128-row Q tile.
+At Sq = 1 that tile holds one real row, and the Hq/Hkv query heads of a GQA group each stream
+the same K/V from memory. Here one program owns one (batch, KV head) and packs the query rows of
+its whole group into the Q tile: row r is query head h_kv·G + r // Sq, position r % Sq, with
+G = Hq/Hkv. K and V are then read once per group, and a tile of BLOCK_M rows serves G·Sq rows
+(a 16-row tile holds 16 decode heads). Groups with more rows than BLOCK_M take several passes
+over K/V, each packing the next BLOCK_M rows.
+
+The softmax is fwd.py's: running max on raw scores, subtracted before the base-2 scale, so the
+largest score gives exp2(0) = 1 exactly at any magnitude; the LSE is stored in natural log.
+The causal mask is top-left aligned, as F.sdpa's: position s sees keys 0..s.
+
+grid = (B * Hkv,): one program per (batch, KV head). The runtime only chooses this kernel for
+Sq <= 16 (its `requires`, family.py).
+"""
+import triton
+import triton.language as tl
+
+from .common import LN2, SIZE_ARGS, head_offset, load_tile, tile_offsets
+
+
+@triton.jit(do_not_specialize=SIZE_ARGS)
+def attn_fwd_decode(q, k, v, o, lse,
+                    q_stride_b, q_stride_h, q_stride_s,
+                    k_stride_b, k_stride_h, k_stride_s,
+                    v_stride_b, v_stride_h, v_stride_s,
+                    o_stride_b, o_stride_h, o_stride_s,
+                    Hq, Hkv, Sq, Sk, sm_scale, sm_scale_log2,
+                    HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
+    pid = tl.program_id(0)
+    b = pid // Hkv
+    h_kv = pid % Hkv
+    group = Hq // Hkv
+    rows_total = group * Sq
+
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < HEAD_DIM
+    k_base = k + head_offset(b, h_kv, k_stride_b, k_stride_h)
+    v_base = v + head_offset(b, h_kv, v_stride_b, v_stride_h)
+    # 32-bit offsets within a tile; each tile's start moves the 64-bit base pointer
+    kT_offs = tile_offsets(offs_n, offs_d, k_stride_s, True)
+    v_offs = tile_offsets(offs_n, offs_d, v_stride_s, False)
+    # keys past the last visible one are never loaded: Sk, or under the causal mask Sq
+    kv_stop = tl.minimum(Sk, Sq) if CAUSAL else Sk
+
+    for row0 in range(0, rows_total, BLOCK_M):
+        # ---- this pass's rows: (query head, position) of the group, packed
+        rows = row0 + tl.arange(0, BLOCK_M)
+        row_ok = rows < rows_total
+        h = h_kv * group + rows // Sq
+        s = rows % Sq
+        q_rows = (b.to(tl.int64) * q_stride_b + h.to(tl.int64) * q_stride_h
+                  + s.to(tl.int64) * q_stride_s)
+        q_tile = tl.load(q + q_rows[:, None] + offs_d[None, :],
+                         mask=row_ok[:, None] & d_ok[None, :], other=0.0)
+
+        m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        l_i = tl.zeros([BLOCK_M], tl.float32)
+        acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+        k_tile = k_base
+        v_tile = v_base
+        for start_n in range(0, kv_stop, BLOCK_N):
+            cols = start_n + offs_n
+            kT = load_tile(k_tile, kT_offs, cols, kv_stop, offs_d, HEAD_DIM, BLOCK_D, True, True)
+            qk = tl.dot(q_tile, kT)
+            visible = (cols < kv_stop)[None, :]
+            if CAUSAL:
+                visible = visible & (cols[None, :] <= s[:, None])
+            qk = tl.where(visible, qk, float("-inf"))
+            # online softmax on raw scores; a row with no visible key yet keeps m = -inf
+            m_new = tl.maximum(m_i, tl.max(qk, 1))
+            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+            p = tl.math.exp2((qk - m_use[:, None]) * sm_scale_log2)
+            alpha = tl.math.exp2((m_i - m_use) * sm_scale_log2)
+            l_i = l_i * alpha + tl.sum(p, 1)
+            vt = load_tile(v_tile, v_offs, cols, kv_stop, offs_d, HEAD_DIM, BLOCK_D, True)
+            acc = tl.dot(p.to(vt.dtype), vt, acc * alpha[:, None])
+            m_i = m_new
+            k_tile += BLOCK_N * k_stride_s
+            v_tile += BLOCK_N * v_stride_s
+
+        # ---- epilogue: normalise, store O and the natural-log LSE of each packed row
+        l_safe = tl.where(l_i == 0.0, 1.0, l_i)  # a row that saw no key writes 0, not NaN
+        acc = acc * (1.0 / l_safe)[:, None]
+        o_rows = (b.to(tl.int64) * o_stride_b + h.to(tl.int64) * o_stride_h
+                  + s.to(tl.int64) * o_stride_s)
+        tl.store(o + o_rows[:, None] + offs_d[None, :], acc.to(o.dtype.element_ty),
+                 mask=row_ok[:, None] & d_ok[None, :])
+        lse_row = m_i * sm_scale + tl.math.log2(l_safe) * LN2  # m_i is the raw-score max
+        lse_at = (b * Hq + h).to(tl.int64) * Sq + s  # lse is contiguous [B, Hq, Sq]
+        tl.store(lse + lse_at, lse_row, mask=row_ok)
