@@ -1,0 +1,44 @@
+"""Decode in the default sm_90 archive (build/bundle, from `build_tools/setup.sh`): a one-token
+query against a long cache takes the triton family's decode kernel, which the committed
+database selects for the Sq bucket 16, and launches one program per (batch, KV head); one row
+more than the decode kernel serves (Sq = 17) never reaches it. Checked with the recording
+driver: what the runtime would launch, on a machine without a GPU."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from attnpack import runtime as rt
+from attnpack.tune.db import load_db
+
+REPO = Path(__file__).resolve().parents[2]
+ARCHIVE = REPO / "build" / "bundle" / "attnpack-0.1.0-sm_90.apk"
+DB = REPO / "aot" / "tuning_db" / "sm_90.jsonl"
+
+
+@pytest.fixture(scope="module")
+def bundle():
+    if not ARCHIVE.is_file():
+        pytest.skip("no sm_90 archive in build/bundle (bash build_tools/setup.sh)")
+    with rt.Bundle(ARCHIVE, recording=True) as opened:
+        yield opened
+
+
+@pytest.mark.parametrize("B,Hq,Hkv,Sk,D", [(8, 64, 8, 32768, 128), (64, 32, 8, 1024, 128),
+                                           (16, 16, 8, 8192, 256), (64, 32, 8, 4096, 64)])
+def test_a_decode_step_launches_one_program_per_kv_head(bundle, B, Hq, Hkv, Sk, D):
+    problem = rt.make_problem("fwd", "bf16", B=B, Hq=Hq, Hkv=Hkv, Sq=1, Sk=Sk, D=D,
+                              pointers={"q": 0x100000, "k": 0x200000, "v": 0x300000,
+                                        "o": 0x400000, "lse": 0x500000})
+    entry, rule = load_db(DB).select("fwd", "bf16", D, False, Hq, Hkv, 1, Sk)
+    assert rule in ("tuned", "nearest") and "/decode1_" in entry["kernel"], entry
+    assert bundle.select(problem).name == entry["kernel"]
+    bundle.forward(problem)
+    [launch] = bundle.recorded_launches()["launches"]
+    assert launch["symbol"] == "attn_fwd_decode" and launch["grid"] == [B * Hkv, 1, 1]
+
+
+def test_seventeen_query_rows_take_a_prefill_kernel(bundle):
+    problem = rt.make_problem("fwd", "bf16", B=8, Hq=64, Hkv=8, Sq=17, Sk=32768, D=128)
+    assert "/decode1_" not in bundle.select(problem).name
