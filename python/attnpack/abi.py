@@ -45,8 +45,26 @@ SIZES = ("B", "Hq", "Hkv", "Sq", "Sk")
 HEAD_DIM = "D"
 
 # Workspace buffer extents: the sizes, and the head dim (a per-row buffer such as an fp32
-# dQ accumulator [B, Hq, Sq, D]).
+# dQ accumulator [B, Hq, Sq, D]). Format 2.2 adds `<size>/<n>`, ceil(size / n) as a grid factor
+# counts programs (a split-KV kernel's partial results: one per ceil(Sk / chunk) program).
 WORKSPACE_SIZES = SIZES + (HEAD_DIM,)
+MAX_EXTENT_DIVISOR = 1 << 20
+
+
+def workspace_extent(word: str) -> tuple[str, int]:
+    """(size word, divisor) of a workspace extent: `Sq` is ("Sq", 1), `Sk/256` ("Sk", 256),
+    ceil(Sk / 256). ValueError for anything else."""
+    name, sep, divisor = word.partition("/")
+    if not sep:
+        if name not in WORKSPACE_SIZES:
+            raise ValueError(f"'{word}' is not a workspace extent: one of {WORKSPACE_SIZES}, "
+                             "or <size>/<n>")
+        return name, 1
+    if name not in SIZES or not re.fullmatch(r"[1-9][0-9]*", divisor) \
+            or not 2 <= int(divisor) <= MAX_EXTENT_DIVISOR:
+        raise ValueError(f"'{word}' is not a workspace extent: <size>/<n> takes a size of {SIZES} "
+                         f"and an integer n in 2..{MAX_EXTENT_DIVISOR}")
+    return name, int(divisor)
 
 # Float scalars: the softmax scale and the same scale times log2(e) (kernels use exp2).
 FLOATS = ("sm_scale", "sm_scale_log2")

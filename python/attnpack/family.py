@@ -80,7 +80,7 @@ class Step:
 class Workspace:
     """A contiguous float32 buffer the caller allocates and the steps share."""
     name: str
-    shape: tuple[str, ...]           # size words from attnpack.abi.WORKSPACE_SIZES
+    shape: tuple[str, ...]           # extents: attnpack.abi.workspace_extent words
 
 
 @dataclass(frozen=True)
@@ -185,9 +185,11 @@ class FamilySpec:
         ws_names = tuple(w.name for w in workspace)
         vendor = target(arch).vendor
         for w in workspace:
-            if not set(w.shape) <= set(abi.WORKSPACE_SIZES):
-                raise KeyError(f"{self.name}: workspace {w.name} shape {w.shape} has words "
-                               f"outside abi.WORKSPACE_SIZES {abi.WORKSPACE_SIZES}")
+            for extent in w.shape:
+                try:
+                    abi.workspace_extent(extent)
+                except ValueError as e:
+                    raise KeyError(f"{self.name}: workspace {w.name}: {e}") from None
         for step in steps:
             for m in step.tensormaps:
                 if m.tensor not in abi.TENSORS:

@@ -500,19 +500,42 @@ std::string requirement_failure(const KernelPlan& plan, const Problem& problem) 
   return "";
 }
 
+// "Sq", "D" or (2.2) "<size>/<n>" with n in 2..2^20 (python/attnpack/abi.py workspace_extent).
+static std::optional<WorkspaceExtent> parse_workspace_extent(const std::string& word) {
+  const size_t slash = word.find('/');
+  const std::string name = word.substr(0, slash);
+  WorkspaceExtent extent;
+  if (slash == std::string::npos && name == "D") {
+    extent.size = kWorkspaceHeadDim;
+    return extent;
+  }
+  const int size = find_word(kSizeWords, kSk + 1, name);
+  if (size < 0) return std::nullopt;
+  extent.size = SizeId(size);
+  if (slash == std::string::npos) return extent;
+  const std::string digits = word.substr(slash + 1);
+  if (digits.empty() || digits.size() > 7 || digits[0] == '0' ||
+      digits.find_first_not_of("0123456789") != std::string::npos) {
+    return std::nullopt;
+  }
+  extent.divisor = std::stoll(digits);
+  if (extent.divisor < 2 || extent.divisor > (int64_t(1) << 20)) return std::nullopt;
+  return extent;
+}
+
 KernelPlan plan_kernel(const Archive& archive, const KernelRecord& kernel) {
   KernelPlan plan;
   plan.record = &kernel;
   for (const WorkspaceRecord& buffer : kernel.workspace) {
-    std::vector<SizeId> shape;
+    std::vector<WorkspaceExtent> shape;
     for (const std::string& word : buffer.shape) {
-      int size = word == "D" ? int(kWorkspaceHeadDim) : find_word(kSizeWords, kSk + 1, word);
-      if (size < 0) {
+      std::optional<WorkspaceExtent> extent = parse_workspace_extent(word);
+      if (!extent) {
         plan.defect = "workspace " + buffer.name + " has size word '" + word +
                       "', which is not in this runtime's vocabulary — update the runtime";
         return plan;
       }
-      shape.push_back(SizeId(size));
+      shape.push_back(*extent);
     }
     plan.workspace_shapes.push_back(std::move(shape));
   }
@@ -568,12 +591,12 @@ std::array<uint32_t, 3> program_grid(const StepPlan& step, const Problem& proble
 WorkspaceLayout layout_workspace(const KernelPlan& plan, const Problem& problem) {
   WorkspaceLayout layout;
   uint64_t offset = 0;
-  for (const std::vector<SizeId>& shape : plan.workspace_shapes) {
+  for (const std::vector<WorkspaceExtent>& shape : plan.workspace_shapes) {
     offset = align_up(offset, kWorkspaceAlign);
     layout.buffer_offsets.push_back(offset);
     uint64_t bytes = sizeof(float);
-    for (SizeId size : shape) {
-      bytes = checked_multiply(bytes, uint64_t(workspace_extent(problem, size)), "the workspace size");
+    for (WorkspaceExtent extent : shape) {
+      bytes = checked_multiply(bytes, uint64_t(workspace_extent(problem, extent)), "the workspace size");
     }
     offset += bytes;
   }
@@ -638,7 +661,7 @@ TensorMapEncode tensormap_arguments(const TensorMapPlan& map, const KernelPlan& 
       encode.data_type = 7;
       break;
     case BufferRef::Workspace: {
-      const std::vector<SizeId>& shape = plan.workspace_shapes[map.buffer.index];
+      const std::vector<WorkspaceExtent>& shape = plan.workspace_shapes[map.buffer.index];
       for (size_t i = 0; i < shape.size(); ++i) extents[i] = workspace_extent(problem, shape[i]);
       encode.rank = uint32_t(shape.size());
       encode.address = buffers.workspace[map.buffer.index];

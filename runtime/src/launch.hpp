@@ -97,18 +97,24 @@ struct StepPlan {
   bool grid_uses_num_sms = false;
 };
 
-// A workspace extent may also be the head dim ("D": an fp32 dQ accumulator [B, Hq, Sq, D]);
-// it takes the first id past the size words, which no grid factor uses.
+// A workspace extent: a size, or the head dim ("D": an fp32 dQ accumulator [B, Hq, Sq, D]),
+// which takes the first id past the size words (no grid factor uses it); format 2.2's
+// "<size>/<n>" divides, rounding up as grid factors do ("Sk/256": one per 256-key program).
 constexpr SizeId kWorkspaceHeadDim = SizeId(kNumSizeWords);
-inline int64_t workspace_extent(const Problem& problem, SizeId id) {
-  return id == kWorkspaceHeadDim ? int64_t(problem.head_dim) : problem.sizes[id];
+struct WorkspaceExtent {
+  SizeId size = kB;
+  int64_t divisor = 1;
+};
+inline int64_t workspace_extent(const Problem& problem, WorkspaceExtent extent) {
+  const int64_t value = extent.size == kWorkspaceHeadDim ? int64_t(problem.head_dim) : problem.sizes[extent.size];
+  return (value + extent.divisor - 1) / extent.divisor;
 }
 
 struct KernelPlan {
   const KernelRecord* record = nullptr;
   std::vector<StepPlan> steps;
-  // Per declared buffer: its extents, each a SizeId or kWorkspaceHeadDim (the word "D").
-  std::vector<std::vector<SizeId>> workspace_shapes;
+  // Per declared buffer: its extents.
+  std::vector<std::vector<WorkspaceExtent>> workspace_shapes;
   std::vector<RequirementPlan> requirements;
   bool requires_num_sms = false;  // a requirement names the device's multiprocessor count
   bool uses_tensor[kNumTensors] = {};

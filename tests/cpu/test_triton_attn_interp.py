@@ -45,6 +45,9 @@ else:
     # the decode kernel (decode.py): a 16-row tile packing a GQA group's query rows
     DECODE = {"decode": 1, "M": 16, "N": 32, "warps": 4, "stages": 3}
     DEC = dict(fwd_config=DECODE, bwd_config=SMALL_BWD)
+    # split-KV decode with 512-key chunks: Sk up to 1300 crosses three chunks and a ragged tail
+    SPLIT = dict(fwd_config={"decode": 1, "split": 512, "M": 16, "N": 32, "warps": 4, "stages": 3},
+                 bwd_config=SMALL_BWD)
 
     def reference(q, k, v, do, causal, scale):
         """float64 attention, with LSE and (dq, dk, dv); GQA by repeating K/V heads."""
@@ -118,6 +121,9 @@ else:
         "decode-gqa8-sq16-eight-passes": (1, 16, 2, 16, 90, 64, False, DEC),
         "decode-d96-mha-bshd-scale": (1, 4, 4, 2, 33, 96, False, dict(DEC, layout="bshd", scale=0.3)),
         "decode-sk-lt-sq-causal": (1, 2, 1, 5, 3, 32, True, DEC),
+        "split-gqa8-sq1-three-chunks": (2, 16, 2, 1, 1300, 64, False, SPLIT),
+        "split-gqa4-sq3-causal": (1, 8, 2, 3, 700, 64, True, SPLIT),
+        "split-d96-mha-sq2-one-chunk": (1, 2, 2, 2, 100, 96, False, dict(SPLIT, layout="bshd")),
         "d32-sq1": (2, 2, 2, 1, 17, 32, False, {}),
         "d32-sk1-causal": (1, 2, 2, 17, 1, 32, True, {}),
         "d64-both1-causal": (1, 1, 1, 1, 1, 64, True, {}),

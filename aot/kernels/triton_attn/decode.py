@@ -93,3 +93,120 @@ def attn_fwd_decode(q, k, v, o, lse,
         lse_row = m_i * sm_scale + tl.math.log2(l_safe) * LN2  # m_i is the raw-score max
         lse_at = (b * Hq + h).to(tl.int64) * Sq + s  # lse is contiguous [B, Hq, Sq]
         tl.store(lse + lse_at, lse_row, mask=row_ok)
+
+
+# ---- split-KV: when B·Hkv programs cannot fill the GPU ----------------------------------------
+# The keys split into chunks of CHUNK; program (chunk, batch·KV head) runs the kernel above over
+# its chunk only and leaves each packed row's normalised partial O and its LSE in the workspace
+# (o_part [B, Hq, Sq, ceil(Sk/CHUNK), D], lse_part [B, Hq, Sq, ceil(Sk/CHUNK)], fp32). A second
+# kernel merges a row's chunks: LSE = log Σ exp(lse_i), O = Σ exp(lse_i − LSE) · o_i.
+
+
+@triton.jit(do_not_specialize=SIZE_ARGS)
+def attn_fwd_decode_split(q, k, v, o_part, lse_part,
+                          q_stride_b, q_stride_h, q_stride_s,
+                          k_stride_b, k_stride_h, k_stride_s,
+                          v_stride_b, v_stride_h, v_stride_s,
+                          Hq, Hkv, Sq, Sk, sm_scale, sm_scale_log2,
+                          HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
+                          BLOCK_N: tl.constexpr, CHUNK: tl.constexpr, CAUSAL: tl.constexpr):
+    chunk = tl.program_id(0)
+    pid = tl.program_id(1)
+    b = pid // Hkv
+    h_kv = pid % Hkv
+    group = Hq // Hkv
+    rows_total = group * Sq
+    chunks = tl.cdiv(Sk, CHUNK)
+
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < HEAD_DIM
+    kv_start = chunk * CHUNK
+    kv_stop = tl.minimum(tl.minimum(Sk, Sq) if CAUSAL else Sk, kv_start + CHUNK)
+    k_base = k + head_offset(b, h_kv, k_stride_b, k_stride_h) + kv_start.to(tl.int64) * k_stride_s
+    v_base = v + head_offset(b, h_kv, v_stride_b, v_stride_h) + kv_start.to(tl.int64) * v_stride_s
+    kT_offs = tile_offsets(offs_n, offs_d, k_stride_s, True)
+    v_offs = tile_offsets(offs_n, offs_d, v_stride_s, False)
+
+    for row0 in range(0, rows_total, BLOCK_M):
+        rows = row0 + tl.arange(0, BLOCK_M)
+        row_ok = rows < rows_total
+        h = h_kv * group + rows // Sq
+        s = rows % Sq
+        q_rows = (b.to(tl.int64) * q_stride_b + h.to(tl.int64) * q_stride_h
+                  + s.to(tl.int64) * q_stride_s)
+        q_tile = tl.load(q + q_rows[:, None] + offs_d[None, :],
+                         mask=row_ok[:, None] & d_ok[None, :], other=0.0)
+
+        m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+        l_i = tl.zeros([BLOCK_M], tl.float32)
+        acc = tl.zeros([BLOCK_M, BLOCK_D], tl.float32)
+        k_tile = k_base
+        v_tile = v_base
+        for start_n in range(kv_start, kv_stop, BLOCK_N):
+            cols = start_n + offs_n
+            kT = load_tile(k_tile, kT_offs, cols, kv_stop, offs_d, HEAD_DIM, BLOCK_D, True, True)
+            qk = tl.dot(q_tile, kT)
+            visible = (cols < kv_stop)[None, :]
+            if CAUSAL:
+                visible = visible & (cols[None, :] <= s[:, None])
+            qk = tl.where(visible, qk, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(qk, 1))
+            m_use = tl.where(m_new == float("-inf"), 0.0, m_new)
+            p = tl.math.exp2((qk - m_use[:, None]) * sm_scale_log2)
+            alpha = tl.math.exp2((m_i - m_use) * sm_scale_log2)
+            l_i = l_i * alpha + tl.sum(p, 1)
+            vt = load_tile(v_tile, v_offs, cols, kv_stop, offs_d, HEAD_DIM, BLOCK_D, True)
+            acc = tl.dot(p.to(vt.dtype), vt, acc * alpha[:, None])
+            m_i = m_new
+            k_tile += BLOCK_N * k_stride_s
+            v_tile += BLOCK_N * v_stride_s
+
+        # a chunk with no visible key for a row (causal, past the row) leaves LSE = -inf, O = 0
+        l_safe = tl.where(l_i == 0.0, 1.0, l_i)
+        acc = acc * (1.0 / l_safe)[:, None]
+        lse_row = tl.where(l_i == 0.0, float("-inf"), m_i * sm_scale + tl.math.log2(l_safe) * LN2)
+        part = ((b * Hq + h).to(tl.int64) * Sq + s) * chunks + chunk
+        tl.store(o_part + part[:, None] * HEAD_DIM + offs_d[None, :], acc,
+                 mask=row_ok[:, None] & d_ok[None, :])
+        tl.store(lse_part + part, lse_row, mask=row_ok)
+
+
+@triton.jit(do_not_specialize=SIZE_ARGS)
+def attn_fwd_decode_combine(o, lse, o_part, lse_part, o_stride_b, o_stride_h, o_stride_s,
+                            Hq, Sq, Sk, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
+                            CHUNK: tl.constexpr, BLOCK_C: tl.constexpr):
+    """grid = (Sq, B * Hq): one program per query row merges its ceil(Sk/CHUNK) chunks."""
+    s = tl.program_id(0)
+    bh = tl.program_id(1)
+    b = bh // Hq
+    h = bh % Hq
+    chunks = tl.cdiv(Sk, CHUNK)
+    row = bh.to(tl.int64) * Sq + s
+    offs_c = tl.arange(0, BLOCK_C)
+    offs_d = tl.arange(0, BLOCK_D)
+    d_ok = offs_d < HEAD_DIM
+    # the row's largest chunk LSE first, so every weight exp(lse_i - top) is at most 1
+    top = tl.full([BLOCK_C], float("-inf"), tl.float32)
+    for c0 in range(0, chunks, BLOCK_C):
+        c = c0 + offs_c
+        top = tl.maximum(top, tl.load(lse_part + row * chunks + c, mask=c < chunks,
+                                      other=float("-inf")))
+    top_max = tl.max(top, 0)
+    top_use = tl.where(top_max == float("-inf"), 0.0, top_max)
+    total = tl.zeros([BLOCK_C], tl.float32)
+    acc = tl.zeros([BLOCK_C, BLOCK_D], tl.float32)
+    for c0 in range(0, chunks, BLOCK_C):
+        c = c0 + offs_c
+        c_ok = c < chunks
+        w = tl.exp(tl.load(lse_part + row * chunks + c, mask=c_ok, other=float("-inf")) - top_use)
+        part = tl.load(o_part + (row * chunks + c)[:, None] * HEAD_DIM + offs_d[None, :],
+                       mask=c_ok[:, None] & d_ok[None, :], other=0.0)
+        total += w
+        acc += w[:, None] * part
+    weight = tl.sum(total, 0)
+    weight_safe = tl.where(weight == 0.0, 1.0, weight)
+    out = tl.sum(acc, 0) / weight_safe
+    o_at = o + head_offset(b, h, o_stride_b, o_stride_h) + s.to(tl.int64) * o_stride_s
+    tl.store(o_at + offs_d, out.to(o.dtype.element_ty), mask=d_ok)
+    tl.store(lse + row, tl.where(weight == 0.0, float("-inf"), top_use + tl.log(weight_safe)))

@@ -17,7 +17,7 @@ from attnpack.family import FamilySpec, FunctionalKey, Step, Workspace
 from attnpack.targets import TARGETS
 
 from .bwd import attn_bwd_dkdv, attn_bwd_dq, attn_bwd_preprocess
-from .decode import attn_fwd_decode
+from .decode import attn_fwd_decode, attn_fwd_decode_combine, attn_fwd_decode_split
 from .fwd import attn_fwd
 
 # Portable: every target of attnpack.targets, by vendor (a new target needs no edit here).
@@ -44,8 +44,15 @@ FWD_CONFIGS = (
     {"decode": 1, "M": 16, "N": 64, "warps": 4, "stages": 4},
     {"decode": 1, "M": 64, "N": 64, "warps": 4, "stages": 3},
     {"decode": 1, "M": 16, "N": 32, "warps": 4, "stages": 3},    # head dim 256
+    # split-KV decode: chunks of `split` keys in parallel, then a merge (decode.py), for
+    # batches whose B·Hkv programs leave SMs idle
+    {"decode": 1, "split": 512, "M": 16, "N": 64, "warps": 4, "stages": 3},
+    {"decode": 1, "split": 1024, "M": 16, "N": 64, "warps": 4, "stages": 3},
+    {"decode": 1, "split": 1024, "M": 64, "N": 64, "warps": 4, "stages": 3},
+    {"decode": 1, "split": 512, "M": 16, "N": 32, "warps": 4, "stages": 3},  # head dim 256
 )
 DECODE_MAX_SQ = 16
+COMBINE_CHUNKS = 16  # chunk results one merge step reads at a time
 
 # ---- backward: the dK/dV kernel owns kvN keys and steps over queries kvM at a time, with kvW
 # warps and kvS pipeline stages; the dQ kernel owns qM queries and steps over keys qN at a
@@ -111,6 +118,15 @@ def steps(arch: str, op: str, key: FunctionalKey, config) -> tuple[Step, ...]:
     per_kv_tile = lambda rows: ((("Sk", rows),), (("B", 1), ("Hkv", 1)), ())
     if op == "fwd":
         tiles = {"BLOCK_M": config["M"], "BLOCK_N": config["N"], "CAUSAL": key.causal}
+        if config.get("split"):
+            chunk = config["split"]
+            per_chunk = ((("Sk", chunk),), (("B", 1), ("Hkv", 1)), ())
+            per_row = ((("Sq", 1),), (("B", 1), ("Hq", 1)), ())
+            return (_step("fwd_split", attn_fwd_decode_split, per_chunk,
+                          {**head, **tiles, "CHUNK": chunk}, arch, config, config["warps"],
+                          config["stages"]),
+                    _step("fwd_combine", attn_fwd_decode_combine, per_row,
+                          {**head, "CHUNK": chunk, "BLOCK_C": COMBINE_CHUNKS}, arch, config, 4, 1))
         if config.get("decode"):
             per_kv_head = ((("B", 1), ("Hkv", 1)), (), ())
             return (_step("fwd", attn_fwd_decode, per_kv_head, {**head, **tiles}, arch, config,
@@ -167,6 +183,8 @@ def excluded(arch: str, op: str, key: FunctionalKey, config) -> str | None:
     need, have = shared_memory_bytes(arch, op, key.head_dim, config), TARGETS[arch].shared_bytes
     if need > have:
         return f"needs up to {need // 1024} KiB shared memory; {arch} has {have // 1024} KiB"
+    if config.get("decode") and key.head_dim > 128 and config["N"] > 32:
+        return "a decode tile that spills at head dim 256 on sm_90 (ptxas: 168-184-byte frames)"
     if key.head_dim <= 128 and dict(config) in HEAD_DIM_256_ONLY:
         return "a head-dim-256 tile; the larger tiles serve head dim <= 128 (faster on H200)"
     # ptxas spills once accumulator + scores pass ~144 fp32 registers per thread (measured:
@@ -175,6 +193,17 @@ def excluded(arch: str, op: str, key: FunctionalKey, config) -> str | None:
         return (f"{fwd_registers_per_thread(key.head_dim, config)} fp32 accumulator/score "
                 "registers per thread would spill on sm_90")
     return None
+
+
+def workspace(arch: str, op: str, key: FunctionalKey, config) -> tuple[Workspace, ...]:
+    """The backward's Δ; a split-KV decode's chunk results (fp32, one per ceil(Sk/split))."""
+    if op == "bwd":
+        return (Workspace("delta", ("B", "Hq", "Sq")),)
+    if config.get("split"):
+        chunks = f"Sk/{config['split']}"
+        return (Workspace("o_part", ("B", "Hq", "Sq", chunks, "D")),
+                Workspace("lse_part", ("B", "Hq", "Sq", chunks)))
+    return ()
 
 
 def requires(arch: str, op: str, key: FunctionalKey, config) -> tuple[Requirement, ...]:
@@ -252,7 +281,7 @@ SPEC = FamilySpec(
     default_config=default_config,
     excluded=excluded,
     requires=requires,
-    workspace={"bwd": (Workspace("delta", ("B", "Hq", "Sq")),)},
+    workspace=workspace,
     provenance={"license": "MIT", "origin": "attnpack (aot/kernels/triton_attn), original code"},
     # No atomics: every dK/dV tile is owned by one program that walks all of its query heads
     # and rows, and dQ is a separate kernel (bwd.py).

@@ -42,7 +42,7 @@ def _check_index(ar: Archive) -> list[str]:
             problems.append(f"{where}: dtype {key['dtype']!r} is not one of {abi.DTYPES}")
         ws = tuple(w["name"] for w in k["workspace"])
         for w in k["workspace"]:
-            bad = [s for s in w["shape"] if s not in abi.WORKSPACE_SIZES]
+            bad = [s for s in w["shape"] if not _is_extent(s)]
             if bad:
                 problems.append(f"{where}: workspace {w['name']} has unknown size words {bad}")
         problems += [f"{where}: {p}" for p in _check_requires(k.get("requires", []))]
@@ -86,6 +86,14 @@ def _check_index(ar: Archive) -> list[str]:
             elif field == "deterministic_kernel" and not k["deterministic"]:
                 problems.append(f"{label} names {entry[field]} as deterministic, which it is not")
     return problems
+
+
+def _is_extent(word) -> bool:
+    try:
+        abi.workspace_extent(word)
+    except (ValueError, AttributeError):
+        return False
+    return True
 
 
 def _check_requires(records) -> list[str]:
