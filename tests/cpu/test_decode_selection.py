@@ -1,6 +1,7 @@
 """Decode in the default sm_90 archive (build/bundle, from `build_tools/setup.sh`): a one-token
 query against a long cache takes the triton family's decode kernel, which the committed
-database selects for the Sq bucket 16, and launches one program per (batch, KV head); one row
+database selects for the Sq bucket 16, and launches one program per (batch, KV head), or per
+(key chunk, batch, KV head) and a merge for the split-KV kernel; one row
 more than the decode kernel serves (Sq = 17) never reaches it. Checked with the recording
 driver: what the runtime would launch, on a machine without a GPU."""
 from __future__ import annotations
@@ -33,10 +34,20 @@ def test_a_decode_step_launches_one_program_per_kv_head(bundle, B, Hq, Hkv, Sk, 
                                         "o": 0x400000, "lse": 0x500000})
     entry, rule = load_db(DB).select("fwd", "bf16", D, False, Hq, Hkv, 1, Sk)
     assert rule in ("tuned", "nearest") and "/decode1_" in entry["kernel"], entry
-    assert bundle.select(problem).name == entry["kernel"]
-    bundle.forward(problem)
-    [launch] = bundle.recorded_launches()["launches"]
-    assert launch["symbol"] == "attn_fwd_decode" and launch["grid"] == [B * Hkv, 1, 1]
+    kernel = bundle.select(problem)
+    assert kernel.name == entry["kernel"]
+    bundle.forward(problem, workspace=0x7000000, workspace_size=bundle.workspace_size(problem))
+    launches = bundle.recorded_launches()["launches"]
+    if "_split" not in kernel.name:
+        assert [(x["symbol"], x["grid"]) for x in launches] == [("attn_fwd_decode", [B * Hkv, 1, 1])]
+        return
+    # split-KV: one program per (key chunk, batch, KV head), then one per query row
+    chunk = int(kernel.name.split("_split")[1].split("_")[0])
+    assert [(x["symbol"], x["grid"]) for x in launches] == [
+        ("attn_fwd_decode_split", [-(-Sk // chunk), B * Hkv, 1]),
+        ("attn_fwd_decode_combine", [1, B * Hq, 1])]
+    assert bundle.workspace_size(problem) == \
+        -(-B * Hq * -(-Sk // chunk) * D * 4 // 256) * 256 + B * Hq * -(-Sk // chunk) * 4
 
 
 def test_seventeen_query_rows_take_a_prefill_kernel(bundle):

@@ -1,4 +1,4 @@
-"""Format 2.1's generic additions in the runtime, on synthetic archives (stand-in images):
+"""Format 2.1's (and 2.2's) generic additions in the runtime, on synthetic archives (stand-in images):
 kernel requirements (the index's `requires`), the parametric words `const:<literal>` and
 `<word>*<n>`, the words Hq_per_Hkv and lse strides, workspace shapes with D, and the recording
 driver's $ATTNPACK_RECORDING_NUM_SMS. Python's abi and verify must agree with the runtime."""
@@ -253,3 +253,33 @@ def test_python_parses_the_same_words():
                  ("Sq", "in", tuple(range(17)))):
         with pytest.raises(ValueError):
             abi.Requirement(*args)
+
+
+# ---- format 2.2: workspace extents <size>/<n> = ceil(size / n) ---------------------------------
+
+def test_a_divided_workspace_extent_rounds_up_as_grid_factors_do(tmp_path):
+    k = _kernel(workspace=[("part", ("B", "Hq", "Sq", "Sk/512", "D")), ("lse_part", ("B", "Sk/512"))],
+                words=[("q", "ptr", 0), ("part", "ptr", 8), ("lse_part", "ptr", 16)], kernarg=24)
+    path = _archive(tmp_path, [k])
+    assert _index_problems(path) == []
+    B, Hq, Sq, D = 2, 8, 384, 128
+    with rt.Bundle(path, recording=True) as bundle:
+        for Sk, chunks in ((1, 1), (512, 1), (513, 2), (4097, 9)):
+            part = B * Hq * Sq * chunks * D * 4
+            assert bundle.workspace_size(_problem(Sk=Sk)) == \
+                math.ceil(part / 256) * 256 + B * chunks * 4, Sk
+
+
+@pytest.mark.parametrize("extent", ["Sk/1", "Sk/0", "Sk/", "Sk/02", "D/4", "Sk/2097152", "Sk*2",
+                                    "num_sms/4", "L"])
+def test_a_workspace_extent_the_runtime_refuses_python_refuses_too(tmp_path, extent):
+    k = _kernel(workspace=[("part", ("B", extent))], words=[("q", "ptr", 0), ("part", "ptr", 8)],
+                kernarg=16)
+    path = _archive(tmp_path, [k])
+    with rt.Bundle(path, recording=True) as bundle:
+        assert f"has size word '{extent}', which is not in this runtime's vocabulary" in \
+            expect_error(rt.Status.BAD_LAUNCH_SPEC, bundle.verify)
+    assert any(f"unknown size words ['{extent}']" in p for p in _index_problems(path))
+    with pytest.raises(ValueError):
+        abi.workspace_extent(extent)
+    assert abi.workspace_extent("Sk/512") == ("Sk", 512) and abi.workspace_extent("D") == ("D", 1)
