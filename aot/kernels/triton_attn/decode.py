@@ -12,8 +12,9 @@ The softmax is fwd.py's: running max on raw scores, subtracted before the base-2
 largest score gives exp2(0) = 1 exactly at any magnitude; the LSE is stored in natural log.
 The causal mask is top-left aligned, as F.sdpa's: position s sees keys 0..s.
 
-grid = (B * Hkv,): one program per (batch, KV head). The runtime only chooses this kernel for
-Sq <= 16 (its `requires`, family.py).
+grid = (B * Hkv,): one program per (batch, KV head). The runtime only chooses these kernels for
+Sq <= 16 (their `requires`, family.py). Below it, a split-KV pair for batches too small to fill
+the GPU that way: the same loop over one chunk of keys per program, then a merge of the chunks.
 """
 import triton
 import triton.language as tl
