@@ -521,19 +521,18 @@ def db_merge(files, out_path):
     Example:
       attnpack db merge aot/tuning_db/sm_90.jsonl retuned_bwd.jsonl -o aot/tuning_db/sm_90.jsonl
     """
-    from attnpack.family import load_families
+    from attnpack.family import declared_variants, load_families
     from attnpack.tune.db import DbError, merge_dbs, record_determinism, save_db
     try:
         merged = merge_dbs([_load_db(f) for f in files])
     except DbError as e:
         raise click.ClickException(str(e))
-    declared = {v.name: v.deterministic for f in load_families().values()
-                if merged.arch in f.archs for v in f.all_variants(merged.arch)}
+    declared = declared_variants(merged.arch, load_families())
 
     def is_deterministic(name):
         if name not in declared:
             raise click.ClickException(f"{name}: no family declares this kernel for {merged.arch}")
-        return declared[name]
+        return declared[name].deterministic
     for key, entry in merged.entries.items():
         if "deterministic" not in entry:
             merged.entries[key] = record_determinism(entry, is_deterministic)

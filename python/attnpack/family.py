@@ -261,6 +261,11 @@ class DefaultConflict(ValueError):
     pass
 
 
+def declared_variants(arch: str, families: Mapping[str, FamilySpec]) -> dict[str, Variant]:
+    """Every variant any family declares for `arch`, by name: what a tuning entry may name."""
+    return {v.name: v for f in families.values() if arch in f.archs for v in f.all_variants(arch)}
+
+
 def default_variants(arch: str, families: Mapping[str, FamilySpec],
                      wanted: Callable[[Variant], bool] = lambda v: True,
                      tune_key: TuneKey | None = None) -> dict[tuple, Variant]:

@@ -15,8 +15,8 @@ from attnpack import __version__
 from attnpack.archive import Image, archive_filename, write_archive
 from attnpack.builder.backends import backend
 from attnpack.builder.compile import CompileCache, CompileJob, CompileStats, compile_jobs
-from attnpack.family import (DefaultConflict, FamilySpec, Variant, default_variants, kernels_root,
-                             load_families)
+from attnpack.family import (DefaultConflict, FamilySpec, Variant, declared_variants,
+                             default_variants, kernels_root, load_families)
 from attnpack.targets import UnknownTarget, target
 from attnpack.tune.db import DbError, TuningDb, entry_key, load_db
 
@@ -93,8 +93,7 @@ def plan_variants(req: BuildRequest, arch: str, families: dict[str, FamilySpec],
     if db is not None:
         # Entries are checked against every family, then filtered like the other filters:
         # `--family gluon` drops the entries that select other families' kernels.
-        declared = {v.name: v for f in families.values() if arch in f.archs
-                    for v in f.all_variants(arch)}
+        declared = declared_variants(arch, families)
         chosen_names = {f.name for f in chosen}
         for entry in db.entries.values():
             for field in ("kernel", "deterministic_kernel"):
