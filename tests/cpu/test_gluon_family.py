@@ -18,7 +18,7 @@ from attnpack.archive.elf import kernel_facts
 from attnpack.archive.verify import verify_archive
 from attnpack.builder import BuildRequest, build_archives
 from attnpack.builder.build import plan_variants
-from attnpack.family import load_families
+from attnpack.family import FunctionalKey, load_families
 from test_runtime_fixtures import PARAM_ALIGN, PARAM_SIZE, param_offsets
 
 KERNEL = "gluon/fwd/bf16-d128-causal/M64_N128_stages2"
@@ -89,8 +89,31 @@ def test_gluon_is_never_a_default():
     assert {v.family for v in defaults} == {"triton"}
     everything, _ = plan_variants(BuildRequest(archs=("sm_90",), out_dir=None, all_variants=True),
                                   "sm_90", families)
-    # 12 configs x 8 keys, less the persistent N128 3-stage one at head dim 128 (4 keys)
-    assert len([v for v in everything if v.family == "gluon" and v.op == "fwd"]) == 92
+    # 12 configs x 4 keys per head dim, less what does not fit 227 KiB of shared memory: the
+    # persistent N128 3-stage config at head dims 96 and 128 (tiles 128 wide), and at 256 all
+    # but the N64 2-stage pair (plain and overlapped)
+    fwd = [v for v in everything if v.family == "gluon" and v.op == "fwd"]
+    per_dim = {d: len([v for v in fwd if v.key.head_dim == d]) for d in (64, 96, 128, 256)}
+    assert per_dim == {64: 48, 96: 44, 128: 44, 256: 8}
+    # the backward serves the head dims it takes as they are, 64 and 128
+    bwd = [v for v in everything if v.family == "gluon" and v.op == "bwd"]
+    assert {v.key.head_dim for v in bwd} == {64, 128}
+
+
+def test_padded_head_dims_load_tiles_of_the_next_power_of_two():
+    """Head dim 96 runs on 128-wide tiles: its tensor maps' blocks and HEAD_DIM say 128, so TMA
+    zero-fills columns 96..127 on load and drops them on store (the runtime encodes the tensor's
+    own 96 as the map's extent)."""
+    gluon = load_families()["gluon"]
+    for d, tile in ((64, 64), (96, 128), (128, 128), (256, 256)):
+        for v in gluon.all_variants("sm_90"):
+            if v.op != "fwd" or v.key.head_dim != d:
+                continue
+            (step,) = v.steps
+            assert step.kernel.constexprs["HEAD_DIM"] == tile
+            assert {m.block[3] for m in step.tensormaps} == {tile}
+    assert gluon.key_excluded("sm_90", "bwd", FunctionalKey("bf16", 96, True)) is not None
+    assert gluon.key_excluded("sm_90", "fwd", FunctionalKey("bf16", 96, True)) is None
 
 
 def _expected_args(step: dict, values: dict) -> bytes:

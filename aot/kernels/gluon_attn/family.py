@@ -69,6 +69,9 @@ BWD_CONFIGS = (
 # fp32 registers per consumer thread: accumulators (dK + dV, or dQ) plus the two score tiles
 # (Sᵀ and dPᵀ, or S and dP). Above this ptxas spills at 240 registers a thread.
 BWD_MAX_FP32_REGS = 192
+# The backward's plain-pointer steps (preprocess, convert) and its dQ workspace take the head
+# dim as it is: it serves no padded one.
+BWD_HEAD_DIMS = (64, 128)
 # Rows per program of the preprocess (Δ, zeroing) and convert kernels: memory-bound, small.
 BWD_ROWS_PER_PROGRAM = 64
 BWD_KEYS_PER_PROGRAM = 128   # dK/dV: 64 per consumer (bwd.HALF_N)
@@ -88,8 +91,15 @@ def _runtime_args(kernel) -> tuple[str, ...]:
     return tuple(p.name for p in params if p.annotation is not gl.constexpr)
 
 
+def tile_dim(head_dim: int) -> int:
+    """The head dim a kernel's tiles have: the next power of two (Gluon tensor shapes are powers
+    of two). Head dim 96 runs on 128-wide tiles: the TMA loads zero-fill the columns past the
+    tensor's 96 (zero contributions to Q·Kᵀ, zero columns of O) and the O store drops them."""
+    return 1 << (head_dim - 1).bit_length()
+
+
 def _tensor_map(name: str, tensor: str, rows: int, key: FunctionalKey) -> TensorMap:
-    block = (1, 1, rows, key.head_dim)
+    block = (1, 1, rows, tile_dim(key.head_dim))
     layout = gl.NVMMASharedLayout.get_default_for(list(block), GL_DTYPE[key.dtype])
     return TensorMap(name=name, tensor=tensor, block=block, layout=layout)
 
@@ -102,7 +112,7 @@ def _fwd_steps(key: FunctionalKey, config) -> tuple[Step, ...]:
              "lse_ptr": "lse", "B": "B", "Hq": "Hq", "Hkv": "Hkv", "Sq": "Sq", "Sk": "Sk",
              "sm_scale": "sm_scale"}
     args = tuple(words[a] for a in _runtime_args(attn_fwd_pingpong))
-    constexprs = {"BLOCK_M": m, "BLOCK_N": n, "HEAD_DIM": key.head_dim,
+    constexprs = {"BLOCK_M": m, "BLOCK_N": n, "HEAD_DIM": tile_dim(key.head_dim),
                   "STAGES": config["stages"], "CAUSAL": key.causal,
                   "OVERLAP": bool(config.get("overlap", 0)),
                   "PERSISTENT": bool(config.get("persistent", 0)),
@@ -195,12 +205,18 @@ def bwd_fp32_registers(head_dim: int, config) -> int:
 
 
 def excluded(arch: str, op: str, key: FunctionalKey, config) -> str | None:
-    need = shared_memory_bytes(key.head_dim, config, op)
+    need = shared_memory_bytes(tile_dim(key.head_dim), config, op)
     if need > SHARED_MEMORY_BYTES:
         return f"needs {need // 1024} KiB shared memory; sm_90 has {SHARED_MEMORY_BYTES // 1024} KiB"
     if op == "bwd" and bwd_fp32_registers(key.head_dim, config) > BWD_MAX_FP32_REGS:
         return (f"{bwd_fp32_registers(key.head_dim, config)} fp32 accumulator/score registers "
                 f"per consumer thread would spill (limit {BWD_MAX_FP32_REGS})")
+    return None
+
+
+def key_excluded(arch: str, op: str, key: FunctionalKey) -> str | None:
+    if op == "bwd" and key.head_dim not in BWD_HEAD_DIMS:
+        return f"the backward serves head dims {', '.join(map(str, BWD_HEAD_DIMS))}"
     return None
 
 
@@ -212,8 +228,9 @@ def deterministic_backward(config) -> bool:
 
 
 def default_config(arch: str, op: str, key: FunctionalKey):
-    # Never selected as a default (priority 1000); this only names the first config.
-    return FWD_CONFIGS[0] if op == "fwd" else BWD_CONFIGS[0]
+    # Never selected as a default (priority 1000); this only names the first config that fits.
+    configs = FWD_CONFIGS if op == "fwd" else BWD_CONFIGS
+    return next((c for c in configs if excluded(arch, op, key, c) is None), configs[0])
 
 
 SPEC = FamilySpec(
@@ -221,12 +238,13 @@ SPEC = FamilySpec(
     backend="triton",
     archs=("sm_90",),
     ops=("fwd", "bwd"),
-    functional={"dtype": ("fp16", "bf16"), "head_dim": (64, 128), "causal": (False, True)},
+    functional={"dtype": ("fp16", "bf16"), "head_dim": (64, 96, 128, 256), "causal": (False, True)},
     configs={"fwd": FWD_CONFIGS, "bwd": BWD_CONFIGS},
     workspace=bwd_workspace,
     steps=steps,
     default_config=default_config,
     excluded=excluded,
+    key_excluded=key_excluded,
     priority=1000,
     deterministic_backward=deterministic_backward,
     provenance={"license": "MIT", "origin": "attnpack (aot/kernels/gluon_attn), original code; "
