@@ -197,10 +197,9 @@ def tune(arch, archive_path, out_path, ops, dtypes, head_dims, gqas, shapes, key
       attnpack tune --arch sm_90 --archive tuning/attnpack-0.1.0-sm_90.apk \\
                     -o aot/tuning_db/sm_90.jsonl --op fwd --dtype bf16 --head-dim 128
     """
-    from attnpack.keys import TuneKey
-    from attnpack.tune.runner import standard_keys, tune as run_tune
+    from attnpack.tune.runner import key_from_fields, standard_keys, tune as run_tune
     if keys_file:
-        keys = [TuneKey(**k) for k in json.loads(keys_file.read_text())]
+        keys = [key_from_fields(k) for k in json.loads(keys_file.read_text())]
     else:
         options = {name: tuple(v) for name, v in (("ops", ops), ("dtypes", dtypes),
                                                   ("head_dims", head_dims), ("gqas", gqas)) if v}
@@ -302,10 +301,10 @@ def db_explain(file, shape, dtype, causal, op, as_json):
     b, hq, hkv, sq, sk, d = _parse_shape(shape)
     tdb = _load_db(file)
     try:
-        key = problem_key(op, dtype, d, causal, hq, hkv, sq, sk)
+        key = problem_key(op, dtype, d, causal, b, hq, hkv, sq, sk)
     except ValueError as e:
         raise click.ClickException(str(e))
-    entry, rule = tdb.select(op, dtype, d, causal, hq, hkv, sq, sk)
+    entry, rule = tdb.select(op, dtype, d, causal, b, hq, hkv, sq, sk)
     if as_json:
         click.echo(json.dumps({"bucket": key.as_dict(), "rule": rule, "entry": entry}, indent=1))
         return
@@ -316,7 +315,8 @@ def db_explain(file, shape, dtype, causal, op, as_json):
         click.echo("no entry for this functional key: the archive's per-functional default serves it")
     else:
         origin = "entry: " if rule == "tuned" else (
-            f"no entry; nearest entry (gqa{entry['gqa']} sq{entry['sq']} sk{entry['sk']}): ")
+            f"no entry; nearest entry (gqa{entry['gqa']} sq{entry['sq']} sk{entry['sk']} "
+            f"streams{entry['streams']}): ")
         click.echo(f"{origin}{entry['family']} {entry['kernel']}"
                    + (f", {entry['time_us']:.1f} us" if entry.get("time_us") else ""))
 

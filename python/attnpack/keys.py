@@ -1,7 +1,8 @@
 """The one spelling of an SDPA key and of a kernel name.
 
 A functional key is what a kernel is compiled for: dtype, head dim, causal. A tuning key adds
-the buckets a measurement holds for (GQA class, Sq and Sk buckets; attnpack.tune.buckets).
+the buckets a measurement holds for (GQA class, Sq and Sk buckets, streams class;
+attnpack.tune.buckets).
 A kernel name is `<family>/<op>/<functional tag>/<config tag>`. Everything that builds or
 parses one of these calls this module; the C++ runtime mirrors `key_text` (archive.cpp) and a
 CPU test holds the two equal.
@@ -15,7 +16,7 @@ from typing import Any, Mapping, NamedTuple
 DTYPES = ("fp16", "bf16")
 OPS = ("fwd", "bwd")
 FUNCTIONAL_FIELDS = ("dtype", "head_dim", "causal")
-TUNE_FIELDS = ("op",) + FUNCTIONAL_FIELDS + ("gqa", "sq", "sk")
+TUNE_FIELDS = ("op",) + FUNCTIONAL_FIELDS + ("gqa", "sq", "sk", "streams")
 
 _TAG = re.compile(r"^(?P<dtype>[a-z0-9]+)-d(?P<head_dim>[0-9]+)-(?P<mask>causal|full)$")
 
@@ -87,6 +88,7 @@ class TuneKey(NamedTuple):
     gqa: int
     sq: int
     sk: int
+    streams: int
 
     @property
     def functional(self) -> FunctionalKey:
@@ -94,8 +96,10 @@ class TuneKey(NamedTuple):
 
     @property
     def text(self) -> str:
-        """`fwd bf16 d128 causal gqa4 sq1024 sk1024`; archive.cpp's key_text spells the start."""
-        return f"{self.op} {self.functional.text} gqa{self.gqa} sq{self.sq} sk{self.sk}"
+        """`fwd bf16 d128 causal gqa4 sq1024 sk1024 streams128`; archive.cpp's key_text spells
+        the start."""
+        return (f"{self.op} {self.functional.text} gqa{self.gqa} sq{self.sq} sk{self.sk} "
+                f"streams{self.streams}")
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self._asdict())

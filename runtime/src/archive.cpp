@@ -348,10 +348,14 @@ TuningRecord read_tuning(const Node& node, const std::vector<KernelRecord>& kern
       const std::optional<Node> list = has_entries ? std::optional<Node>(buckets->at(axis)) : buckets->maybe(axis);
       if (list) *bounds = read_bounds(*list, has_entries);
     }
+    // 2.3: the streams axis is optional; with it every entry names its class.
+    if (const std::optional<Node> list = buckets->maybe("streams")) {
+      tuning.streams_bounds = read_bounds(*list, has_entries);
+    }
   }
   if (!has_entries) return tuning;
 
-  using Key = std::tuple<std::string, std::string, int32_t, bool, uint32_t, uint32_t, uint32_t>;
+  using Key = std::tuple<std::string, std::string, int32_t, bool, uint32_t, uint32_t, uint32_t, uint32_t>;
   std::map<Key, uint32_t> seen;  // key -> first entry with it
   for (uint32_t i = 0; i < entries->length(); ++i) {
     const Node item = entries->item(i);
@@ -361,12 +365,23 @@ TuningRecord read_tuning(const Node& node, const std::vector<KernelRecord>& kern
     entry.gqa = item.at("gqa").u32();
     entry.sq = item.at("sq").u32();
     entry.sk = item.at("sk").u32();
+    const std::optional<Node> streams = item.maybe("streams");
+    if (streams) entry.streams = streams->u32();
     const std::string name = item.at("kernel").str();
     // Spelled out only for an error message (as Node paths are): open reads every entry.
     auto where = [&] {
       return "(" + key_text(entry.op, entry.key) + " gqa" + std::to_string(entry.gqa) + " sq" +
-             std::to_string(entry.sq) + " sk" + std::to_string(entry.sk) + ") ";
+             std::to_string(entry.sq) + " sk" + std::to_string(entry.sk) +
+             (streams ? " streams" + std::to_string(entry.streams) : std::string()) + ") ";
     };
+    if (tuning.streams_bounds.empty() && streams) {
+      streams->inconsistent(where() + "has a streams class, but buckets has no streams axis");
+    }
+    if (!tuning.streams_bounds.empty() && !is_boundary(entry.streams, tuning.streams_bounds)) {
+      item.inconsistent(where() + (streams ? "has streams " + std::to_string(entry.streams) +
+                                                 ", which is not a boundary of buckets.streams"
+                                           : std::string("has no streams class, but buckets has a streams axis")));
+    }
     for (auto [field, value, axis] : {std::tuple{"gqa", entry.gqa, "gqa"}, std::tuple{"sq", entry.sq, "seqlen"},
                                       std::tuple{"sk", entry.sk, "seqlen"}}) {
       if (!is_boundary(value, std::strcmp(axis, "gqa") == 0 ? tuning.gqa_bounds : tuning.seqlen_bounds)) {
@@ -396,7 +411,7 @@ TuningRecord read_tuning(const Node& node, const std::vector<KernelRecord>& kern
       }
     }
     auto [first, fresh] = seen.emplace(Key{entry.op, entry.key.dtype, entry.key.head_dim, entry.key.causal,
-                                           entry.gqa, entry.sq, entry.sk}, i);
+                                           entry.gqa, entry.sq, entry.sk, entry.streams}, i);
     if (!fresh) item.inconsistent(where() + "repeats the key of entries[" + std::to_string(first->second) + "]");
     tuning.entries.push_back(std::move(entry));
   }

@@ -128,6 +128,7 @@ struct TuningEntry {
   std::string op;
   FunctionalKey key;
   uint32_t gqa = 0, sq = 0, sk = 0;  // bucket values (boundaries from TuningRecord)
+  uint32_t streams = 0;              // 2.3: the B·Hkv class; 0 when the record has no such axis
   uint32_t kernel = 0;               // index into kernels
   // 2.2: the fastest deterministic candidate when `kernel` is not deterministic (serves under
   // ATTNPACK_PROBLEM_DETERMINISTIC); none when kernel is deterministic or no candidate was.
@@ -137,6 +138,7 @@ struct TuningEntry {
 // The index's `tuning` map. An archive without it has no buckets and no entries.
 struct TuningRecord {
   std::vector<uint32_t> seqlen_bounds, gqa_bounds;  // ascending; the rule is in select.cpp
+  std::vector<uint32_t> streams_bounds;             // 2.3, optional: empty = no streams axis
   std::vector<TuningEntry> entries;
   std::map<std::string, std::string> provenance;     // informational
 };

@@ -71,7 +71,7 @@ std::optional<uint64_t> Selector::key_of(const std::string& op_text, const Funct
 
 size_t Selector::TunedKeyHash::operator()(const TunedKey& key) const {
   uint64_t h = key.functional * 0x9E3779B97F4A7C15ull;
-  for (uint32_t part : {key.gqa, key.sq, key.sk}) h = (h ^ part) * 0x100000001B3ull;
+  for (uint32_t part : {key.gqa, key.sq, key.sk, key.streams}) h = (h ^ part) * 0x100000001B3ull;
   return size_t(h ^ (h >> 29));
 }
 
@@ -86,7 +86,9 @@ Selector::Selector(const Archive& archive, const std::vector<KernelPlan>& plans)
   // The archive reader has checked each entry: its kernel exists with the entry's key, its
   // bucket values are boundaries, and no key repeats.
   for (const TuningEntry& entry : archive.tuning().entries) {
-    if (auto key = key_of(entry.op, entry.key)) tuned_[TunedKey{*key, entry.gqa, entry.sq, entry.sk}] = &entry;
+    if (auto key = key_of(entry.op, entry.key)) {
+      tuned_[TunedKey{*key, entry.gqa, entry.sq, entry.sk, entry.streams}] = &entry;
+    }
   }
   index_entries();
 }
@@ -96,12 +98,13 @@ void Selector::index_entries() {
   for (const auto& [key, entry] : tuned_) {
     entries_by_functional_[key.functional].push_back(
         {position(tuning.gqa_bounds, key.gqa), position(tuning.seqlen_bounds, key.sq),
-         position(tuning.seqlen_bounds, key.sk), key.gqa, key.sq, key.sk, entry});
+         position(tuning.seqlen_bounds, key.sk), position(tuning.streams_bounds, key.streams), key.gqa, key.sq,
+         key.sk, key.streams, entry});
   }
-  // A fixed order (gqa, sq, sk), so that equal distances resolve as in Python.
+  // A fixed order (gqa, sq, sk, streams), so that equal distances resolve as in Python.
   for (auto& [functional, entries] : entries_by_functional_) {
     std::sort(entries.begin(), entries.end(), [](const PlacedEntry& a, const PlacedEntry& b) {
-      return std::tie(a.g, a.q, a.k) < std::tie(b.g, b.q, b.k);
+      return std::tie(a.g, a.q, a.k, a.c) < std::tie(b.g, b.q, b.k, b.c);
     });
   }
 }
@@ -115,15 +118,18 @@ const Selector::PlacedEntry* Selector::nearest_entry(const TunedKey& key) const 
   if (found == entries_by_functional_.end()) return nullptr;
   const TuningRecord& tuning = archive_.tuning();
   const int32_t g = position(tuning.gqa_bounds, key.gqa), q = position(tuning.seqlen_bounds, key.sq),
-                k = position(tuning.seqlen_bounds, key.sk);
+                k = position(tuning.seqlen_bounds, key.sk), c = position(tuning.streams_bounds, key.streams);
+  // Bucket steps over gqa, sq and sk; ties to the smaller streams distance (the class only
+  // breaks ties), then to the smaller gqa distance, then to the first in (gqa, sq, sk, streams).
   const PlacedEntry* best = nullptr;
-  int32_t best_total = 0, best_gqa = 0;
+  std::tuple<int32_t, int32_t, int32_t> best_distance;
   for (const PlacedEntry& e : found->second) {  // a few dozen entries, integer arithmetic
-    const int32_t dg = std::abs(e.g - g), total = dg + std::abs(e.q - q) + std::abs(e.k - k);
-    if (!best || total < best_total || (total == best_total && dg < best_gqa)) {
+    const int32_t dg = std::abs(e.g - g);
+    const std::tuple<int32_t, int32_t, int32_t> distance{dg + std::abs(e.q - q) + std::abs(e.k - k),
+                                                         std::abs(e.c - c), dg};
+    if (!best || distance < best_distance) {
       best = &e;
-      best_total = total;
-      best_gqa = dg;
+      best_distance = distance;
     }
   }
   return best;
@@ -137,13 +143,19 @@ std::optional<std::pair<const TuningEntry*, Origin>> Selector::tuned_candidate(c
     if (trace) trace->push_back("tuning key: none (the archive has no tuning buckets)");
     return std::nullopt;
   }
+  const bool has_streams = !tuning.streams_bounds.empty();
   const TunedKey key{functional, bucket_of(p.sizes[kHq] / p.sizes[kHkv], tuning.gqa_bounds),
-                     bucket_of(p.sizes[kSq], tuning.seqlen_bounds), bucket_of(p.sizes[kSk], tuning.seqlen_bounds)};
+                     bucket_of(p.sizes[kSq], tuning.seqlen_bounds), bucket_of(p.sizes[kSk], tuning.seqlen_bounds),
+                     has_streams ? bucket_of(p.sizes[kB] * p.sizes[kHkv], tuning.streams_bounds) : 0};
   // Spelled out for explain only: the launch path builds no strings.
+  auto buckets_text = [&](uint32_t gqa, uint32_t sq, uint32_t sk, uint32_t streams) {
+    return "gqa" + std::to_string(gqa) + " sq" + std::to_string(sq) + " sk" + std::to_string(sk) +
+           (has_streams ? " streams" + std::to_string(streams) : std::string());
+  };
   auto note = [&](const std::string& verdict) {
     if (trace) {
-      trace->push_back("tuning key: " + functional_text(p) + " gqa" + std::to_string(key.gqa) + " sq" +
-                       std::to_string(key.sq) + " sk" + std::to_string(key.sk) + ": " + verdict);
+      trace->push_back("tuning key: " + functional_text(p) + " " + buckets_text(key.gqa, key.sq, key.sk, key.streams) +
+                       ": " + verdict);
     }
   };
   if (auto found = tuned_.find(key); found != tuned_.end()) {
@@ -153,8 +165,7 @@ std::optional<std::pair<const TuningEntry*, Origin>> Selector::tuned_candidate(c
   if (const PlacedEntry* near = nearest_entry(key)) {
     const PlacedEntry& e = *near;
     if (trace) {
-      note("no tuned entry; nearest tuned entry gqa" + std::to_string(e.gqa) + " sq" + std::to_string(e.sq) + " sk" +
-           std::to_string(e.sk));
+      note("no tuned entry; nearest tuned entry " + buckets_text(e.gqa, e.sq, e.sk, e.streams));
     }
     return std::make_pair(e.entry, Origin::Nearest);
   }

@@ -67,9 +67,10 @@ class Selector {
   // A functional key plus bucket values: one tuning entry's key.
   struct TunedKey {
     uint64_t functional = 0;
-    uint32_t gqa = 0, sq = 0, sk = 0;
+    uint32_t gqa = 0, sq = 0, sk = 0, streams = 0;  // streams: 0 when the archive has no such axis
     bool operator==(const TunedKey& other) const {
-      return functional == other.functional && gqa == other.gqa && sq == other.sq && sk == other.sk;
+      return functional == other.functional && gqa == other.gqa && sq == other.sq && sk == other.sk &&
+             streams == other.streams;
     }
   };
   struct TunedKeyHash {
@@ -83,8 +84,8 @@ class Selector {
                                                              std::vector<std::string>* trace) const;
   // A tuning entry placed by its bucket positions (indices into the boundaries).
   struct PlacedEntry {
-    int32_t g, q, k;
-    uint32_t gqa, sq, sk;
+    int32_t g, q, k, c;  // positions in the bounds (c: streams, 0 without that axis)
+    uint32_t gqa, sq, sk, streams;
     const TuningEntry* entry;
   };
   static int32_t position(const std::vector<uint32_t>& bounds, uint32_t value);

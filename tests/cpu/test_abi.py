@@ -49,9 +49,9 @@ def test_one_spelling_of_keys_and_names():
     name = KernelName("gluon", "fwd", key, "M64_N128_stages2")
     assert str(name) == "gluon/fwd/bf16-d128-causal/M64_N128_stages2"
     assert KernelName.parse(str(name)) == name
-    tune = TuneKey("bwd", "fp16", 64, False, 4, 1024, 2048)
+    tune = TuneKey("bwd", "fp16", 64, False, 4, 1024, 2048, 128)
     assert tune.functional == FunctionalKey("fp16", 64, False)
-    assert tune.text == "bwd fp16 d64 full gqa4 sq1024 sk2048"
+    assert tune.text == "bwd fp16 d64 full gqa4 sq1024 sk2048 streams128"
     assert TuneKey.of(tune.as_dict()) == tune
     for bad in ("gluon/fwd/bf16-d128", "gluon/fwd/bf16-d128-maybe/x", "a/b/c/d/e"):
         with pytest.raises(ValueError):

@@ -32,7 +32,7 @@ def test_a_decode_step_launches_one_program_per_kv_head(bundle, B, Hq, Hkv, Sk, 
     problem = rt.make_problem("fwd", "bf16", B=B, Hq=Hq, Hkv=Hkv, Sq=1, Sk=Sk, D=D,
                               pointers={"q": 0x100000, "k": 0x200000, "v": 0x300000,
                                         "o": 0x400000, "lse": 0x500000})
-    entry, rule = load_db(DB).select("fwd", "bf16", D, False, Hq, Hkv, 1, Sk)
+    entry, rule = load_db(DB).select("fwd", "bf16", D, False, B, Hq, Hkv, 1, Sk)
     assert rule in ("tuned", "nearest") and "/decode1_" in entry["kernel"], entry
     kernel = bundle.select(problem)
     assert kernel.name == entry["kernel"]

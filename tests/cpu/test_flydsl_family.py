@@ -317,7 +317,7 @@ def test_seeding_gives_flydsl_exactly_the_buckets_it_serves():
         if serves:
             assert entry["kernel"] == fa.SPEC.variant(
                 "gfx950", "fwd", key.functional, fa.SPEC.default_config("gfx950", "fwd", key.functional)).name
-    reason = fa.SPEC.serves("gfx950", TuneKey("fwd", "bf16", 128, True, 1, 128, 4096))
+    reason = fa.SPEC.serves("gfx950", TuneKey("fwd", "bf16", 128, True, 1, 128, 4096, 128))
     assert reason.startswith("Sq bucket 128, Sk bucket 4096: below 256")
     # no other arch: the family declares gfx950 only
     assert all(e["family"] == "triton"

@@ -193,9 +193,9 @@ TOY_FWD = ("BLOCK16_warps1", "BLOCK32_warps2")  # the toy family's forward confi
 
 def toy_tuning_db(seed: int = 7):
     """A tuning database for the toy family on sm_90: about two thirds of every bucketed key
-    (op, causal, gqa class, Sq and Sk bucket) get an entry, forward entries alternating between
-    the two forward configs; the other keys are left to the defaults."""
-    from attnpack.tune.buckets import GQA_BOUNDS, SEQLEN_BOUNDS
+    (op, causal, gqa class, Sq and Sk bucket, streams class) get an entry, forward entries
+    alternating between the two forward configs; the other keys are left to the defaults."""
+    from attnpack.tune.buckets import GQA_BOUNDS, SEQLEN_BOUNDS, STREAM_BOUNDS
     from attnpack.tune.db import TuningDb
     rng = random.Random(seed)
     db = TuningDb("sm_90", {"gpu": "none (test fixture)", "status": "untuned"})
@@ -205,14 +205,16 @@ def toy_tuning_db(seed: int = 7):
             for gqa in GQA_BOUNDS:
                 for sq in SEQLEN_BOUNDS:
                     for sk in SEQLEN_BOUNDS:
-                        if rng.random() < 1 / 3:
-                            continue
-                        config = TOY_FWD[fwd_count % 2] if op == "fwd" else "BLOCK16_warps1"
-                        fwd_count += op == "fwd"
-                        tag = FunctionalKey("fp16", 32, causal).tag
-                        db.put({"op": op, "dtype": "fp16", "head_dim": 32, "causal": causal,
-                                "gqa": gqa, "sq": sq, "sk": sk, "family": "toy",
-                                "kernel": f"toy/{op}/{tag}/{config}", "time_us": 1.0 + sq / 1000})
+                        for streams in STREAM_BOUNDS:
+                            if rng.random() < 1 / 3:
+                                continue
+                            config = TOY_FWD[fwd_count % 2] if op == "fwd" else "BLOCK16_warps1"
+                            fwd_count += op == "fwd"
+                            tag = FunctionalKey("fp16", 32, causal).tag
+                            db.put({"op": op, "dtype": "fp16", "head_dim": 32, "causal": causal,
+                                    "gqa": gqa, "sq": sq, "sk": sk, "streams": streams,
+                                    "family": "toy", "kernel": f"toy/{op}/{tag}/{config}",
+                                    "time_us": 1.0 + sq / 1000})
     return db
 
 

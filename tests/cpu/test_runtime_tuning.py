@@ -11,7 +11,7 @@ import pytest
 
 from attnpack import runtime as rt
 from attnpack.archive import read_archive
-from attnpack.tune.buckets import GQA_BOUNDS, SEQLEN_BOUNDS
+from attnpack.tune.buckets import GQA_BOUNDS, SEQLEN_BOUNDS, STREAM_BOUNDS
 from attnpack.tune.db import load_db, problem_key
 from test_runtime_fixtures import (FWD_WORDS, PER_Q_TILE, attention_kernels,  # noqa: F401
                                    expect_error, kernel, rehashed, step, toy_tuned_archive,
@@ -45,7 +45,7 @@ def random_shape(rng: random.Random) -> dict:
     hkv = rng.randint(1, 8)
     ratio = rng.choice((1, 1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 20))  # 9 and up: past the last class
     return {"op": rng.choice(("fwd", "fwd", "bwd")), "causal": rng.random() < 0.5,
-            "B": rng.randint(1, 4), "Hq": hkv * ratio, "Hkv": hkv,
+            "B": rng.choice((1, 2, 3, 4, 8, 9, 16, 64)), "Hq": hkv * ratio, "Hkv": hkv,
             "Sq": random_seqlen(rng), "Sk": random_seqlen(rng)}
 
 
@@ -55,7 +55,8 @@ def test_the_database_goes_text_to_msgpack_unchanged(toy_tuned_archive):
     assert len(db.entries) > 600
     tuning = read_archive(path).index["tuning"]
     assert tuning == db.compiled()
-    assert tuning["buckets"] == {"seqlen": list(SEQLEN_BOUNDS), "gqa": list(GQA_BOUNDS)}
+    assert tuning["buckets"] == {"seqlen": list(SEQLEN_BOUNDS), "gqa": list(GQA_BOUNDS),
+                                 "streams": list(STREAM_BOUNDS)}
 
 
 def test_runtime_lookup_equals_the_python_lookup_for_random_shapes(toy_tuned_archive):
@@ -69,16 +70,16 @@ def test_runtime_lookup_equals_the_python_lookup_for_random_shapes(toy_tuned_arc
             shape = random_shape(rng)
             op, causal = shape.pop("op"), shape.pop("causal")
             prob = rt.make_problem(op, "fp16", D=D, causal=causal, **shape)
-            key = problem_key(op, "fp16", D, causal, shape["Hq"], shape["Hkv"], shape["Sq"],
-                              shape["Sk"])
-            entry, rule = db.select(op, "fp16", D, causal, shape["Hq"], shape["Hkv"], shape["Sq"],
-                                    shape["Sk"])
+            sizes = (shape["B"], shape["Hq"], shape["Hkv"], shape["Sq"], shape["Sk"])
+            key = problem_key(op, "fp16", D, causal, *sizes)
+            entry, rule = db.select(op, "fp16", D, causal, *sizes)
             want_kernel = entry["kernel"] if entry else defaults[(op, causal)]
             want_served = {"tuned": "tuned entry", "nearest": "nearest tuned entry"}.get(rule, rule)
             want_key = f"{key.text}: " + {
                 "tuned": "tuned entry", "default": "no tuned entry",
                 "nearest": "no tuned entry; nearest tuned entry "
-                           f"gqa{entry and entry['gqa']} sq{entry and entry['sq']} sk{entry and entry['sk']}"}[rule]
+                           f"gqa{entry and entry['gqa']} sq{entry and entry['sq']} sk{entry and entry['sk']} "
+                           f"streams{entry and entry['streams']}"}[rule]
             got_kernel = bundle.select(prob).name
             got_key, got_served = tuning_lines(bundle.explain(prob))
             if (got_kernel, got_key, got_served) != (want_kernel, want_key, want_served):
@@ -100,9 +101,9 @@ def test_the_launch_uses_the_tuned_kernel(toy_tuned_archive):
     cases = []
     for config in ("BLOCK16_warps1", "BLOCK32_warps2", None):
         for sq in SEQLEN_BOUNDS:
-            entry = db.lookup("fwd", "fp16", D, False, 8, 8, sq, 1000)
+            entry = db.lookup("fwd", "fp16", D, False, 2, 8, 8, sq, 1000)
             if (entry and entry["kernel"].endswith(config or "?")) or (not entry and not config):
-                near, rule = db.select("fwd", "fp16", D, False, 8, 8, sq, 1000)
+                near, rule = db.select("fwd", "fp16", D, False, 2, 8, 8, sq, 1000)
                 cases.append((sq, config or near["kernel"].split("/")[-1]))
                 assert rule == ("tuned" if config else "nearest")
                 break
@@ -123,19 +124,19 @@ def test_the_launch_uses_the_tuned_kernel(toy_tuned_archive):
 def test_explain_shows_the_bucket_key_and_what_served_it(toy_tuned_archive):
     path, db_path = toy_tuned_archive
     db = load_db(db_path)
-    tuned = next(k for k, e in sorted(db.entries.items())
-                 if k[:4] == ("fwd", "fp16", 32, True) and e["kernel"].endswith("BLOCK32_warps2"))
-    _, _, _, _, gqa, sq, sk = tuned
+    tuned = next(k for k, e in sorted(db.entries.items()) if k[:4] == ("fwd", "fp16", 32, True)
+                 and k.streams == 64 and e["kernel"].endswith("BLOCK32_warps2"))
+    gqa, sq, sk = tuned.gqa, tuned.sq, tuned.sk
     missing = next((gqa, s, k) for s in SEQLEN_BOUNDS for k in SEQLEN_BOUNDS
-                   if ("fwd", "fp16", 32, True, gqa, s, k) not in db.entries)
+                   if ("fwd", "fp16", 32, True, gqa, s, k, 64) not in db.entries)
     with rt.Bundle(path, recording=True) as bundle:
         # Hq/Hkv = gqa, Sq = Sk - 1 below the boundary: still in the entry's buckets
         text = bundle.explain(rt.make_problem("fwd", "fp16", B=1, Hq=2 * gqa, Hkv=2, Sq=sq - 1,
                                               Sk=sk, D=D, causal=True))
         assert text == (
             f"problem: fwd fp16 B=1 Hq={2 * gqa} Hkv=2 Sq={sq - 1} Sk={sk} D=32 causal\n"
-            f"archive: {path} (sm_90, bundle 0.1.0, format 2.2, triton=3.6.0)\n"
-            f"  tuning key: fwd fp16 d32 causal gqa{gqa} sq{sq} sk{sk}: tuned entry\n"
+            f"archive: {path} (sm_90, bundle 0.1.0, format 2.3, triton=3.6.0)\n"
+            f"  tuning key: fwd fp16 d32 causal gqa{gqa} sq{sq} sk{sk} streams64: tuned entry\n"
             "  tuned toy/fwd/fp16-d32-causal/BLOCK32_warps2: chosen\n"
             "kernel: toy/fwd/fp16-d32-causal/BLOCK32_warps2 (family toy, BLOCK=32 warps=2)\n"
             "served by: tuned entry\n"
@@ -144,11 +145,12 @@ def test_explain_shows_the_bucket_key_and_what_served_it(toy_tuned_archive):
         _, s, k = missing
         text = bundle.explain(rt.make_problem("fwd", "fp16", B=1, Hq=gqa, Hkv=1, Sq=s, Sk=k, D=D,
                                               causal=True))
-        near, rule = db.select("fwd", "fp16", D, True, gqa, 1, s, k)
+        near, rule = db.select("fwd", "fp16", D, True, 1, gqa, 1, s, k)
         config = {"BLOCK16_warps1": "BLOCK=16 warps=1", "BLOCK32_warps2": "BLOCK=32 warps=2"}
         assert rule == "nearest" and (
-            f"  tuning key: fwd fp16 d32 causal gqa{gqa} sq{s} sk{k}: no tuned entry; nearest "
-            f"tuned entry gqa{near['gqa']} sq{near['sq']} sk{near['sk']}\n"
+            f"  tuning key: fwd fp16 d32 causal gqa{gqa} sq{s} sk{k} streams64: no tuned entry; "
+            f"nearest tuned entry gqa{near['gqa']} sq{near['sq']} sk{near['sk']} "
+            f"streams{near['streams']}\n"
             f"  nearest tuned {near['kernel']}: chosen\n"
             f"kernel: {near['kernel']} (family toy, {config[near['kernel'].split('/')[-1]]})\n"
             "served by: nearest tuned entry\n") in text
@@ -225,13 +227,19 @@ def _tampered_cases(index):
 
     def where(i, **changed):
         e = {**entries[i], **changed}
+        streams = f" streams{e['streams']}" if "streams" in e else ""
         return (f"index.tuning.entries[{i}] ({e['op']} fp16 d32 "
-                f"{'causal' if e['causal'] else 'full'} gqa{e['gqa']} sq{e['sq']} sk{e['sk']})")
+                f"{'causal' if e['causal'] else 'full'} gqa{e['gqa']} sq{e['sq']} sk{e['sk']}"
+                f"{streams})")
 
     def setter(i, **changed):
         return lambda ix: ix["tuning"]["entries"][i].update(changed)
 
     missing = entries[b32]["kernel"][:-1] + "3"
+    off = entries[at128]["streams"] + 1  # packs to as many bytes as the class it replaces
+
+    def rename(record):
+        record["streamz"] = record.pop("streams")
     return [
         ("missing kernel", setter(b32, kernel=missing),
          f"{where(b32)} names kernel {missing}, which is not in the index — rebuild the bundle"),
@@ -250,10 +258,20 @@ def _tampered_cases(index):
         ("unsorted bounds", lambda ix: ix["tuning"]["buckets"]["seqlen"].reverse(),
          "index.tuning.buckets.seqlen[1] is not above the boundary before it (16384) — "
          "rebuild the bundle"),
+        ("streams off a boundary", setter(at128, streams=off),
+         f"{where(at128, streams=off)} has streams {off}, which is not a boundary of "
+         "buckets.streams — rebuild the bundle"),
+        # renamed, not removed: the packed size stays
+        ("streams left out", lambda ix: rename(ix["tuning"]["entries"][at128]),
+         f"{where(at128).replace(' streams' + str(entries[at128]['streams']), '')} has no streams "
+         "class, but buckets has a streams axis — rebuild the bundle"),
+        ("streams without the axis", lambda ix: rename(ix["tuning"]["buckets"]),
+         f"{where(0).replace('[0] (', '[0].streams (')} has a streams class, but buckets has no "
+         "streams axis — rebuild the bundle"),
     ]
 
 
-@pytest.mark.parametrize("case", range(6))
+@pytest.mark.parametrize("case", range(9))
 def test_a_tampered_tuning_entry_is_a_corrupt_archive(toy_tuned_archive, tmp_path, case):
     src, _ = toy_tuned_archive
     name, edit, expected = _tampered_cases(read_archive(src).index)[case]

@@ -38,8 +38,8 @@ def test_bad_sizes_are_refused():
 
 
 def test_sq_and_sk_bucket_separately():
-    assert problem_key("fwd", "bf16", 128, True, 32, 8, 100, 5000) == \
-        ("fwd", "bf16", 128, True, 4, 128, 8192)
+    assert problem_key("fwd", "bf16", 128, True, 2, 32, 8, 100, 5000) == \
+        ("fwd", "bf16", 128, True, 4, 128, 8192, 64)
 
 
 def test_text_round_trip_is_exact(tmp_path):
@@ -51,11 +51,12 @@ def test_text_round_trip_is_exact(tmp_path):
 
 def test_lookup_by_bucket():
     db = load_db(DBS / "new.jsonl")
-    assert db.lookup("fwd", "bf16", 128, False, 16, 16, 3000, 4000)["kernel"] == \
+    assert db.lookup("fwd", "bf16", 128, False, 1, 16, 16, 3000, 4000)["kernel"] == \
         "gluon/fwd/bf16-d128-full/P"
-    assert db.lookup("fwd", "bf16", 64, True, 32, 8, 1000, 513)["kernel"] == \
+    assert db.lookup("fwd", "bf16", 64, True, 16, 32, 8, 1000, 513)["kernel"] == \
         "triton/fwd/bf16-d64-causal/A"
-    assert db.lookup("fwd", "bf16", 128, False, 16, 16, 5000, 4000) is None
+    assert db.lookup("fwd", "bf16", 64, True, 8, 32, 8, 1000, 513) is None  # streams class 64
+    assert db.lookup("fwd", "bf16", 128, False, 1, 16, 16, 5000, 4000) is None
 
 
 def test_diff_matches_expected_text():
@@ -73,13 +74,17 @@ def test_show_and_explain():
     show = CliRunner().invoke(main, ["db", "show", str(DBS / "new.jsonl")])
     assert show.exit_code == 0 and "4 entries" in show.output and "1.12x" in show.output
     out = CliRunner().invoke(main, ["db", "explain", str(DBS / "new.jsonl"), "--shape",
+                                    "16,32,8,1000,600,64", "--causal"]).output
+    assert "bucket: fwd bf16 d64 causal gqa4 sq1024 sk1024 streams128\nentry: triton " \
+        "triton/fwd/bf16-d64-causal/A, 49.0 us" in out
+    few = CliRunner().invoke(main, ["db", "explain", str(DBS / "new.jsonl"), "--shape",
                                     "2,32,8,1000,600,64", "--causal"]).output
-    assert "bucket: fwd bf16 d64 causal gqa4 sq1024 sk1024" in out
-    assert "entry: triton triton/fwd/bf16-d64-causal/A, 49.0 us" in out
+    assert "bucket: fwd bf16 d64 causal gqa4 sq1024 sk1024 streams64\nno entry; nearest entry " \
+        "(gqa4 sq1024 sk1024 streams128): triton triton/fwd/bf16-d64-causal/A" in few
     near = CliRunner().invoke(main, ["db", "explain", str(DBS / "new.jsonl"), "--shape",
                                      "1,8,8,9000,9000,128"]).output
-    assert ("bucket: fwd bf16 d128 full gqa1 sq16384 sk16384\nno entry; nearest entry (gqa1 "
-            "sq4096 sk4096): gluon gluon/fwd/bf16-d128-full/P") in near
+    assert ("bucket: fwd bf16 d128 full gqa1 sq16384 sk16384 streams64\nno entry; nearest entry "
+            "(gqa1 sq4096 sk4096 streams64): gluon gluon/fwd/bf16-d128-full/P") in near
     miss = CliRunner().invoke(main, ["db", "explain", str(DBS / "new.jsonl"), "--shape",
                                      "1,8,8,9000,9000,32"]).output
     assert ("no entry for this functional key: the archive's per-functional default serves it"
@@ -116,8 +121,10 @@ def test_db_selects_what_the_build_compiles(tmp_path, toy_build):
     assert len(names) == 5 and "toy/fwd/fp16-d32-full/BLOCK32_warps2" in names
     tuning = ar.index["tuning"]
     assert tuning["buckets"]["seqlen"][:2] == [16, 128] and tuning["buckets"]["gqa"] == [1, 2, 4, 8]
+    assert tuning["buckets"]["streams"] == [64, 128]
+    # the entry had no streams class: it gets the class its key is tuned in (runner.natural_key)
     assert tuning["entries"] == [{"op": "fwd", "dtype": "fp16", "head_dim": 32, "causal": False,
-                                  "gqa": 1, "sq": 1024, "sk": 1024,
+                                  "gqa": 1, "sq": 1024, "sk": 1024, "streams": 128,
                                   "kernel": "toy/fwd/fp16-d32-full/BLOCK32_warps2"}]
     assert tuning["provenance"] == {"status": "untuned"}
 
@@ -125,7 +132,7 @@ def test_db_selects_what_the_build_compiles(tmp_path, toy_build):
 def test_db_naming_a_missing_kernel_fails_the_build(tmp_path):
     save_db(_toy_db("toy/fwd/fp16-d32-full/BLOCK64_warps9"), tmp_path / "sm_90.jsonl")
     with pytest.raises(BuildError, match=r"sm_90.jsonl: entry fwd fp16 d32 full gqa1 sq1024 "
-                                         r"sk1024 selects toy/fwd/fp16-d32-full/BLOCK64_warps9, "
+                                         r"sk1024 streams128 selects toy/fwd/fp16-d32-full/BLOCK64_warps9, "
                                          r"which no family declares for sm_90"):
         build(tmp_path / "out", FIXTURES / "kernels", None, archs=("sm_90",),
               tuning_db_dir=tmp_path)
@@ -136,8 +143,9 @@ def test_seed_untuned_uses_the_family_defaults():
     from attnpack.family import load_families
     from attnpack.tune.db import seed_untuned
     from attnpack.tune.runner import TuneKey
-    keys = [TuneKey("fwd", "fp16", 32, True, 4, 1024, 1024), TuneKey("bwd", "fp16", 32, False, 1, 128, 128),
-            TuneKey("fwd", "bf16", 32, False, 1, 128, 128)]  # the toy family has no bf16
+    keys = [TuneKey("fwd", "fp16", 32, True, 4, 1024, 1024, 128),
+            TuneKey("bwd", "fp16", 32, False, 1, 128, 128, 128),
+            TuneKey("fwd", "bf16", 32, False, 1, 128, 128, 128)]  # the toy family has no bf16
     db = seed_untuned("gfx950", keys, load_families(FIXTURES / "kernels"))
     assert db.provenance["status"] == "untuned"
     assert [e["kernel"] for _, e in sorted(db.entries.items())] == [
@@ -174,8 +182,49 @@ def test_docs_table_is_the_committed_sm_90_db():
 
 
 def test_decode_keys_are_timed_as_serving_runs_them():
-    """Sq bucket 16: one new token for DECODE_BATCH sequences, not a batch grown to fill the GPU."""
+    """Sq bucket 16: one new token for the sequences of the key's streams class, not a batch
+    grown to fill the GPU."""
     from attnpack.keys import TuneKey
-    from attnpack.tune.runner import DECODE_BATCH, timing_shape
-    assert timing_shape(TuneKey("fwd", "bf16", 128, False, 8, 16, 8192)) == (DECODE_BATCH, 64, 8, 1, 8192, 128)
-    assert timing_shape(TuneKey("fwd", "bf16", 128, False, 8, 128, 8192))[3] == 128  # prefill as before
+    from attnpack.tune.runner import DECODE_SEQUENCES, natural_key, timing_shape
+    assert timing_shape(TuneKey("fwd", "bf16", 128, False, 8, 16, 8192, 128)) == \
+        (DECODE_SEQUENCES[128], 64, 8, 1, 8192, 128) == (16, 64, 8, 1, 8192, 128)
+    assert timing_shape(TuneKey("fwd", "bf16", 128, False, 8, 16, 8192, 64)) == \
+        (4, 64, 8, 1, 8192, 128)   # 32 (batch, KV head) pairs: class 64
+    assert natural_key("fwd", "bf16", 128, False, 8, 16, 8192).streams == 128
+    prefill = natural_key("fwd", "bf16", 128, False, 8, 128, 8192)
+    assert timing_shape(prefill)[3] == 128  # prefill as before, in its batch's class
+    with pytest.raises(ValueError, match="only decode keys are tuned per class"):
+        timing_shape(prefill._replace(streams=64 if prefill.streams == 128 else 128))
+
+
+@pytest.mark.parametrize("b, hkv, expected", [(1, 1, 64), (8, 8, 64), (9, 8, 128), (1, 65, 128),
+                                              (64, 8, 128), (4096, 8, 128)])
+def test_streams_classes(b, hkv, expected):
+    from attnpack.tune.buckets import streams_class
+    assert streams_class(b, hkv) == expected
+
+
+def test_streams_class_only_breaks_ties():
+    """A problem without an entry of its own takes the nearest in gqa, sq and sk; among equally
+    near entries, the one of its streams class."""
+    db = TuningDb("sm_90", {"status": "tuned"})
+    base = {"op": "fwd", "dtype": "bf16", "head_dim": 128, "causal": False, "gqa": 8, "sq": 16,
+            "family": "triton"}
+    db.put({**base, "sk": 16384, "streams": 128, "kernel": "triton/fwd/bf16-d128-full/unsplit"})
+    db.put({**base, "sk": 16384, "streams": 64, "kernel": "triton/fwd/bf16-d128-full/split"})
+    db.put({**base, "sk": 4096, "streams": 64, "kernel": "triton/fwd/bf16-d128-full/short"})
+    pick = lambda b, sk: db.select("fwd", "bf16", 128, False, b, 64, 8, 1, sk)  # noqa: E731
+    assert pick(8, 32768) == (db.entries[("fwd", "bf16", 128, False, 8, 16, 16384, 64)], "tuned")
+    assert pick(64, 32768)[0]["kernel"].endswith("/unsplit")
+    assert pick(64, 8192)[0]["kernel"].endswith("/unsplit")  # sk 16384 and 4096 tie: class 128
+    assert pick(4, 8192)[0]["kernel"].endswith("/short")     # a tie within class 64: smaller sk
+    assert pick(64, 2048)[0]["kernel"].endswith("/short")    # nearer in sk beats the class
+
+
+def test_entries_before_the_streams_class_get_their_timing_shape_s(tmp_path):
+    line = {"op": "fwd", "dtype": "bf16", "head_dim": 128, "causal": False, "gqa": 8, "sq": 16,
+            "sk": 8192, "family": "triton", "kernel": "k", "shape": {"B": 4, "Hkv": 8}}
+    (tmp_path / "sm_90.jsonl").write_text(json.dumps({"arch": "sm_90", "provenance": {}}) + "\n"
+                                          + json.dumps(line) + "\n")
+    (key,) = load_db(tmp_path / "sm_90.jsonl").entries
+    assert key.streams == 64

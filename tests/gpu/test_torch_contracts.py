@@ -124,7 +124,12 @@ def test_every_output_lives_where_pytorch_puts_it(capture, d, s, causal):
             assert served(stats, entry) >= 1 and stats["fallbacks"] == {}, (name, stats)
             if capture:  # the replay computed what an eager call computes
                 eager = call()
-                torch.testing.assert_close(mine[0], eager[0], rtol=0, atol=0)
+                if entry.endswith("_bwd") and stats["deterministic_backward"] == 0:
+                    # a backward that adds dQ with fp32 atomics (the Gluon backward's det0
+                    # variants) rounds differently run to run: equal up to that
+                    torch.testing.assert_close(mine[0], eager[0], rtol=1e-2, atol=1e-2)
+                else:
+                    torch.testing.assert_close(mine[0], eager[0], rtol=0, atol=0)
         del graph_mine, graph_theirs
 
 
@@ -361,13 +366,26 @@ def _probe_determinism(env=None):
     return json.loads(done.stdout.splitlines()[-1])
 
 
-def test_deterministic_backward_warns_nothing():
-    """The bundle's triton backward is deterministic: served in both modes, no warning."""
+def test_deterministic_mode_gets_a_deterministic_backward_and_warn_only_warns_for_the_rest():
+    """warn_only=False: a backward declared deterministic serves (where the tuned winner is a
+    Gluon atomic-dQ variant, its entry's deterministic kernel), with no warning. warn_only=True:
+    the tuned winner serves, with one warning in PyTorch's words naming it exactly when it is
+    not deterministic (on the H200 it is not: fp16 d64 causal S256 picks det0)."""
     result = _probe_determinism()
-    for mode in ("warn_only", "error"):
-        stats = result[mode]["stats"]
-        assert served(stats, "flash_bwd") == 1 and stats["deterministic_backward"] == 1, (mode, stats)
-        assert result[mode]["warnings"] == [], (mode, result[mode]["warnings"])
+    error = result["error"]
+    assert served(error["stats"], "flash_bwd") == 1, error["stats"]
+    assert error["stats"]["deterministic_backward"] == 1 and error["warnings"] == [], error
+    warn = result["warn_only"]
+    assert served(warn["stats"], "flash_bwd") == 1, warn["stats"]
+    backward = [name for name in warn["stats"]["calls"] if "/bwd/" in name]
+    assert len(backward) == 1, warn["stats"]
+    if warn["stats"]["deterministic_backward"] == 1:
+        assert warn["warnings"] == [], warn["warnings"]
+    else:
+        assert len(warn["warnings"]) == 1, warn["warnings"]
+        message = warn["warnings"][0]
+        assert "non-deterministic algorithm" in message and backward[0] in message
+        assert "use_deterministic_algorithms(True, warn_only=False)" in message
 
 
 @pytest.fixture(scope="module")

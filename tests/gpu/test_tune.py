@@ -15,8 +15,7 @@ WRONG = Path(__file__).parent / "fixtures" / "kernels" / "wrongattn"
 def test_wrong_kernel_is_rejected_and_the_rest_is_tuned(tmp_path):
     from attnpack.builder import BuildRequest, build_archives
     from attnpack.tune.db import load_db
-    from attnpack.keys import TuneKey
-    from attnpack.tune.runner import tune
+    from attnpack.tune.runner import natural_key, tune
 
     arch = "sm_90" if torch.version.hip is None else None
     if arch is None:
@@ -29,7 +28,7 @@ def test_wrong_kernel_is_rejected_and_the_rest_is_tuned(tmp_path):
                        all_variants=True, ops=("fwd",), dtypes=("bf16",), head_dims=(64,),
                        tuning_db_dir=tmp_path, jobs=os.cpu_count() or 1)
     (archive,) = build_archives(req)
-    key = TuneKey("fwd", "bf16", 64, False, 1, 1024, 1024)
+    key = natural_key("fwd", "bf16", 64, False, 1, 1024, 1024)
     out = tmp_path / "sm_90.jsonl"
     db = tune(archive, [key], out, log=print)
     entry = db.entries[key]

@@ -3,8 +3,11 @@ backward, their launch steps and declared variant spaces.
 
 Run and measured on the H200 (docs/gluon-family.md, docs/gluon-bwd.md). The family has
 priority 1000, so it is never a family default: it serves where the tuning database picks it
-(141 of the 176 sm_90 forward keys; no backward key yet), with the triton default behind it for
-inputs a TMA descriptor cannot take.
+(232 of the 319 sm_90 forward keys and 251 of the 286 backward keys in aot/tuning_db/sm_90.jsonl),
+with the triton default behind it for inputs a TMA descriptor cannot take.
+
+Head dims: the forward serves 64, 96, 128 and 256; 96 runs on 128-wide tiles (`tile_dim`). The
+backward serves 64 and 128.
 
 Config knobs:
   M           query rows per consumer warpgroup (a work tile is 2 * M rows)

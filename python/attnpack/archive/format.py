@@ -12,8 +12,10 @@ MAGIC = b"ATTNPACK"
 # 2.1 (additive): kernels may carry `requires`, steps `padding`, families `notice`; parameter
 # words gain const:<literal>, <word>*<n>, Hq_per_Hkv and lse strides.
 # 2.2 (additive): a tuning entry may carry `deterministic_kernel`.
+# 2.3: the tuning map may carry `buckets.streams`, and then each entry its `streams` class; two
+# entries may then differ in that class alone, which a 2.2 reader rejects as a repeated key.
 FORMAT_MAJOR = 2
-FORMAT_MINOR = 2
+FORMAT_MINOR = 3
 # magic, major, minor, meta size, sha256(meta)
 PREAMBLE = struct.Struct("<8sHHI32s")
 ZSTD_LEVEL = 19

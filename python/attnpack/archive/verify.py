@@ -68,7 +68,8 @@ def _check_index(ar: Archive) -> list[str]:
             problems.append(f"index: image {i} ({images[i]['symbol']}) is used by no kernel")
     by_name = {k["name"]: k for k in ar.kernels}
     tables = [("selection", e, "") for e in ar.index["selection"]]
-    tables += [("tuning", e, f" gqa{e['gqa']} sq{e['sq']} sk{e['sk']}")
+    tables += [("tuning", e, f" gqa{e['gqa']} sq{e['sq']} sk{e['sk']}"
+                + (f" streams{e['streams']}" if "streams" in e else ""))  # 2.3
                for e in ar.index.get("tuning", {}).get("entries", [])]
     # Both tables map a key to a kernel, which must exist and serve exactly that key; a tuning
     # entry's deterministic alternate (2.2) too, and it must be declared deterministic.

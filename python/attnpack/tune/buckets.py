@@ -8,11 +8,21 @@ token, or a few speculative ones, against a long cache. A prefill tile of 64 or 
 does the same work for Sq=1 as for Sq=128, so a kernel timed at Sq=128 tells little about Sq=1;
 decode keys are timed at Sq=16. The GQA ratio Hq/Hkv uses
 GQA_BOUNDS (ratio 1 is MHA; 3 and 4 share class 4; 16 falls into 8).
+
+The streams class buckets B·Hkv, the (batch, KV head) pairs, by STREAM_BOUNDS: class 64 holds
+up to 64 pairs, class 128 everything above. It is what decides split-KV decode: a decode kernel
+runs one program per pair, so 64 pairs leave most of an H200's 132 SMs idle and splitting each
+pair's keys over several programs wins, while 128 and more fill the GPU without it (measured,
+docs/triton-family.md "Decode"). Decode keys are tuned in both classes. Prefill keys carry the
+class of the batch they were timed at (attnpack.tune.runner.timing_shape), and selection treats
+the class as a tie-break between entries equally near in GQA, Sq and Sk (tune/db.py,
+nearest_entry), so a prefill problem never trades a nearer sequence bucket for it.
 """
 from __future__ import annotations
 
 SEQLEN_BOUNDS = (16, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 GQA_BOUNDS = (1, 2, 4, 8)
+STREAM_BOUNDS = (64, 128)
 
 
 def bucket(value: int, bounds: tuple[int, ...]) -> int:
@@ -32,3 +42,8 @@ def gqa_class(hq: int, hkv: int) -> int:
     if hkv < 1 or hq % hkv:
         raise ValueError(f"Hq {hq} is not a multiple of Hkv {hkv}")
     return bucket(hq // hkv, GQA_BOUNDS)
+
+
+def streams_class(b: int, hkv: int) -> int:
+    """The streams class of B·Hkv (batch × KV heads)."""
+    return bucket(b * hkv, STREAM_BOUNDS)

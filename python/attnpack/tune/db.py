@@ -5,8 +5,9 @@ every other line is one entry, a JSON object with sorted keys, and the lines are
 so a re-tune shows up as a readable line diff. The builder compiles the entries into the
 archive's index (`tuning`), which is all the runtime reads.
 
-An entry's key is (op, dtype, head_dim, causal, gqa, sq, sk) with gqa, sq and sk bucketed by
-`attnpack.tune.buckets`. Its value: the selected `family` and `kernel` (which names the config),
+An entry's key is (op, dtype, head_dim, causal, gqa, sq, sk, streams) with gqa, sq, sk and
+streams (the class of B·Hkv) bucketed by `attnpack.tune.buckets`; an entry written before the
+streams class gets the class of its timing shape when loaded. Its value: the selected `family` and `kernel` (which names the config),
 the measured `time_us` and `tflops`, the best native PyTorch backend for the same shape
 (`native: {backend, time_us}`), the exact shape it was timed at (`shape`), every surviving
 candidate's time (`candidates`), and the candidates that were `rejected` for being wrong, with
@@ -23,7 +24,8 @@ from typing import Callable
 
 from attnpack.keys import TUNE_FIELDS as KEY_FIELDS
 from attnpack.keys import TuneKey
-from attnpack.tune.buckets import GQA_BOUNDS, SEQLEN_BOUNDS, gqa_class, seqlen_bucket
+from attnpack.tune.buckets import (GQA_BOUNDS, SEQLEN_BOUNDS, STREAM_BOUNDS, gqa_class,
+                                   seqlen_bucket, streams_class)
 
 Key = TuneKey
 
@@ -36,10 +38,10 @@ def entry_key(entry: dict) -> Key:
     return TuneKey.of(entry)
 
 
-def problem_key(op: str, dtype: str, head_dim: int, causal: bool, hq: int, hkv: int,
+def problem_key(op: str, dtype: str, head_dim: int, causal: bool, b: int, hq: int, hkv: int,
                 sq: int, sk: int) -> Key:
     return TuneKey(op, dtype, head_dim, bool(causal), gqa_class(hq, hkv), seqlen_bucket(sq),
-                   seqlen_bucket(sk))
+                   seqlen_bucket(sk), streams_class(b, hkv))
 
 
 @dataclass
@@ -49,29 +51,31 @@ class TuningDb:
     entries: dict[Key, dict] = field(default_factory=dict)
     path: Path | None = None
 
-    def lookup(self, op, dtype, head_dim, causal, hq, hkv, sq, sk) -> dict | None:
+    def lookup(self, op, dtype, head_dim, causal, b, hq, hkv, sq, sk) -> dict | None:
         """The entry of the problem's own bucketed key, if there is one."""
-        return self.entries.get(problem_key(op, dtype, head_dim, causal, hq, hkv, sq, sk))
+        return self.entries.get(problem_key(op, dtype, head_dim, causal, b, hq, hkv, sq, sk))
 
-    def select(self, op, dtype, head_dim, causal, hq, hkv, sq, sk) -> tuple[dict | None, str]:
+    def select(self, op, dtype, head_dim, causal, b, hq, hkv, sq, sk) -> tuple[dict | None, str]:
         """(entry, rule) the runtime serves the problem by: its own entry ("tuned"), else the
         nearest entry of its functional key ("nearest"), else none ("default": the archive's
         per-functional default serves it)."""
-        key = problem_key(op, dtype, head_dim, causal, hq, hkv, sq, sk)
+        key = problem_key(op, dtype, head_dim, causal, b, hq, hkv, sq, sk)
         if key in self.entries:
             return self.entries[key], "tuned"
         near = nearest_entry(key, self.entries)
         return (near, "nearest") if near is not None else (None, "default")
 
     def put(self, entry: dict) -> None:
-        missing = [f for f in KEY_FIELDS + ("family", "kernel") if f not in entry]
+        missing = [f for f in KEY_FIELDS + ("family", "kernel") if f not in entry and f != "streams"]
         if missing:
             raise DbError(f"entry lacks {missing}: {entry}")
+        entry = _with_streams(entry)
         self.entries[entry_key(entry)] = entry
 
     def compiled(self) -> dict:
         """What the archive index carries (docs/ARCHIVE.md, `tuning`)."""
-        return {"buckets": {"seqlen": list(SEQLEN_BOUNDS), "gqa": list(GQA_BOUNDS)},
+        return {"buckets": {"seqlen": list(SEQLEN_BOUNDS), "gqa": list(GQA_BOUNDS),
+                            "streams": list(STREAM_BOUNDS)},
                 "provenance": self.provenance,
                 "entries": [{**{f: e[f] for f in KEY_FIELDS}, "kernel": e["kernel"],
                              **({"deterministic_kernel": e["deterministic_kernel"]}
@@ -113,15 +117,17 @@ def merge_dbs(dbs: list[TuningDb]) -> TuningDb:
 def nearest_entry(key: Key, entries: dict[Key, dict]) -> dict | None:
     """The entry of `key`'s functional key nearest to it, for a bucketed key with no entry of
     its own. Distance: the number of bucket steps between the two keys, summed over GQA class,
-    Sq and Sk (positions in GQA_BOUNDS and SEQLEN_BOUNDS); ties go to the smaller GQA distance,
-    then to the smallest (gqa, sq, sk). runtime/src/select.cpp implements the same rule (and a
-    CPU test compares the two over random shapes)."""
-    g, s = GQA_BOUNDS.index, SEQLEN_BOUNDS.index
+    Sq and Sk (positions in GQA_BOUNDS and SEQLEN_BOUNDS); ties go to the smaller streams
+    distance (positions in STREAM_BOUNDS), then to the smaller GQA distance, then to the
+    smallest (gqa, sq, sk, streams). The streams class only breaks ties (buckets.py says why).
+    runtime/src/select.cpp implements the same rule (and a CPU test compares the two over
+    random shapes)."""
+    g, s, c = GQA_BOUNDS.index, SEQLEN_BOUNDS.index, STREAM_BOUNDS.index
     same = sorted((k for k in entries if k.functional == key.functional and k.op == key.op),
-                  key=lambda k: (k.gqa, k.sq, k.sk))
+                  key=lambda k: (k.gqa, k.sq, k.sk, k.streams))
     best = min(same, default=None, key=lambda k: (
         abs(g(k.gqa) - g(key.gqa)) + abs(s(k.sq) - s(key.sq)) + abs(s(k.sk) - s(key.sk)),
-        abs(g(k.gqa) - g(key.gqa))))
+        abs(c(k.streams) - c(key.streams)), abs(g(k.gqa) - g(key.gqa))))
     return None if best is None else entries[best]
 
 
@@ -137,13 +143,26 @@ def load_db(path: Path | str) -> TuningDb:
         header = json.loads(lines[0])
         db = TuningDb(header["arch"], header.get("provenance", {}), path=path)
         for n, line in enumerate(lines[1:], start=2):
-            entry = json.loads(line)
+            entry = _with_streams(json.loads(line))  # put() would too; the key is needed here
             if entry_key(entry) in db.entries:
                 raise DbError(f"{path}:{n}: duplicate key {entry_key(entry).text}")
             db.put(entry)
     except (json.JSONDecodeError, KeyError, TypeError) as e:
         raise DbError(f"{path}: malformed ({e}); regenerate it with `attnpack tune`") from None
     return db
+
+
+def _with_streams(entry: dict) -> dict:
+    """An entry written before the streams class gets the class it was measured in: its timing
+    shape's B·Hkv, or for an entry with no shape (a seeded one) the class its key is tuned in."""
+    if "streams" in entry:
+        return entry
+    shape = entry.get("shape")
+    if shape:
+        return {**entry, "streams": streams_class(shape["B"], shape["Hkv"])}
+    from attnpack.tune.runner import natural_key
+    fields = {f: entry[f] for f in KEY_FIELDS if f != "streams"}
+    return {**entry, "streams": natural_key(**fields).streams}
 
 
 def dump_db(db: TuningDb) -> str:
@@ -196,9 +215,10 @@ def render_show(db: TuningDb) -> str:
            f"{p.get('gpu', '?')} driver {p.get('driver', '?')}, torch {p.get('torch', '?')}, "
            f"triton {p.get('triton', '?')}, {p.get('date', '?')}",
            f"{'op':4} {'dtype':5} {'hd':>4} {'causal':6} {'gqa':>3} {'sq':>6} {'sk':>6} "
-           f"{'family':8} {'us':>9} {'TFLOP/s':>8} {'native':>14} {'vs native':>9} {'det':3}  kernel"]
+           f"{'str':>3} {'family':8} {'us':>9} {'TFLOP/s':>8} {'native':>14} {'vs native':>9} "
+           f"{'det':3}  kernel"]
     for key, e in sorted(db.entries.items()):
-        op, dtype, hd, causal, gqa, sq, sk = key
+        op, dtype, hd, causal, gqa, sq, sk, streams = key
         native = e.get("native") or {}
         ratio = (f"{native['time_us'] / e['time_us']:.2f}x"
                  if native.get("time_us") and e.get("time_us") else "-")
@@ -207,11 +227,12 @@ def render_show(db: TuningDb) -> str:
         nat = f"{native.get('backend', '-')} {native.get('time_us', 0):.0f}" if native else "-"
         det = {True: "yes", False: "NO"}.get(e.get("deterministic"), "?")
         out.append(f"{op:4} {dtype:5} {hd:>4} {str(causal):6} {gqa:>3} {sq:>6} {sk:>6} "
-                   f"{e['family']:8} {t:>9} {tf:>8} {nat:>14} {ratio:>9} {det:3}  {e['kernel']}")
+                   f"{streams:>3} {e['family']:8} {t:>9} {tf:>8} {nat:>14} {ratio:>9} {det:3}  "
+                   f"{e['kernel']}")
         if e.get("deterministic_kernel"):
             alt = e["deterministic_kernel"]
             alt_us = (e.get("candidates") or {}).get(alt)
-            out.append(f"{'':>83}deterministic: {alt}" + (f" ({alt_us:.1f} us)" if alt_us else ""))
+            out.append(f"{'':>87}deterministic: {alt}" + (f" ({alt_us:.1f} us)" if alt_us else ""))
     nondet = sum(1 for e in db.entries.values() if e.get("deterministic") is False)
     out.append(f"{nondet} of {len(db.entries)} winners are not deterministic (det NO); under "
                "torch.use_deterministic_algorithms(True) their deterministic kernel serves")

@@ -1,7 +1,7 @@
 """attnpack tune: measure every candidate kernel per key on the local GPU, keep the fastest
 correct one.
 
-For each key (op, dtype, head dim, causal, GQA class, Sq bucket, Sk bucket):
+For each key (op, dtype, head dim, causal, GQA class, Sq bucket, Sk bucket, streams class):
 1. the candidates are the tuning archive's kernels (`attnpack build --all`) for that op and
    functional key, launched through the runtime, forced by name;
 2. each is checked against a float32 math reference at a small batch; a candidate with any NaN,
@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Callable, Iterable
 
-from attnpack.tune.buckets import SEQLEN_BOUNDS, seqlen_bucket
+from attnpack.tune.buckets import SEQLEN_BOUNDS, STREAM_BOUNDS, seqlen_bucket, streams_class
 from attnpack.keys import TuneKey
 from attnpack.tune.db import TuningDb, load_db, record_determinism, save_db
 
@@ -36,7 +36,9 @@ REPS, WARMUP = 20, 5
 L2_FLUSH_BYTES = 256 << 20
 MAX_GRID_Y = 65535
 TIMED_BYTES = 8 << 30
-DECODE_BATCH = 16        # decode keys: 16 sequences x 8 KV heads = 128 (batch, KV head) pairs
+TIMING_HEADS_KV = 8
+# decode keys: sequences timed per streams class; x 8 KV heads, 32 and 128 (batch, KV head) pairs
+DECODE_SEQUENCES = {64: 4, 128: 16}
 
 
 # The diagonal from 128 up, plus short-query and prefix-like shapes; decode (Sq bucket 16) keys
@@ -51,9 +53,25 @@ def standard_keys(ops=("fwd", "bwd"), dtypes=("bf16", "fp16"), head_dims=(64, 12
 
     `pairs` are (Sq, Sk) in tokens; each key holds their buckets."""
     pairs = sorted({(seqlen_bucket(sq), seqlen_bucket(sk)) for sq, sk in pairs})
-    return [TuneKey(op, dt, hd, causal, g, sq, sk)
+    return [natural_key(op, dt, hd, causal, g, sq, sk)
             for op in ops for dt in dtypes for hd in head_dims for causal in (False, True)
             for g in gqas for sq, sk in pairs]
+
+
+def natural_key(op: str, dtype: str, head_dim: int, causal: bool, gqa: int, sq: int,
+                sk: int) -> TuneKey:
+    """The key with the streams class it is tuned in when none is named: a prefill key's is
+    its timing batch's (B·Hkv), a decode key's the larger class (DECODE_SEQUENCES)."""
+    streams = (STREAM_BOUNDS[-1] if sq <= SEQLEN_BOUNDS[0] else
+               streams_class(_prefill_batch(op, head_dim, causal, gqa, sq, sk), TIMING_HEADS_KV))
+    return TuneKey(op, dtype, head_dim, bool(causal), gqa, sq, sk, streams)
+
+
+def key_from_fields(fields: dict) -> TuneKey:
+    """A key of a `--keys` file: the TuneKey fields; `streams` may be left out (natural_key)."""
+    if "streams" in fields:
+        return TuneKey(**fields)
+    return natural_key(**fields)
 
 
 def flops(op: str, B: int, Hq: int, Sq: int, Sk: int, D: int, causal: bool) -> float:
@@ -71,22 +89,34 @@ def causal_pairs(Sq: int, Sk: int) -> int:
     return Sk * (Sk + 1) // 2 + (Sq - Sk) * Sk
 
 
+def _prefill_batch(op: str, head_dim: int, causal: bool, gqa: int, sq: int, sk: int) -> int:
+    hkv, hq = TIMING_HEADS_KV, TIMING_HEADS_KV * gqa
+    per_batch = flops("fwd", 1, hq, sq, sk, head_dim, causal)
+    bytes_per_batch = 2 * head_dim * (2 * hq * sq + 2 * hkv * sk) * (2 if op == "bwd" else 1)
+    return max(1, min(MAX_GRID_Y // hq, TIMED_BYTES // bytes_per_batch,
+                      math.ceil(TIMED_FLOP / per_batch)))
+
+
 def timing_shape(key: TuneKey) -> tuple[int, int, int, int, int, int]:
     """(B, Hq, Hkv, Sq, Sk, D): Hkv=8, Hq=8·gqa, B grown until a call does TIMED_FLOP, but
     B·Hq stays within a launch grid's y dimension (MAX_GRID_Y), where the kernels put it, and
-    q, k, v, o (with their gradients for bwd) within TIMED_BYTES.
+    q, k, v, o (with their gradients for bwd) within TIMED_BYTES. Such a key's streams class is
+    that batch's (natural_key); another is refused.
 
     Decode keys (Sq bucket 16) are timed as serving runs them instead: one new token (Sq = 1)
-    for a batch of DECODE_BATCH sequences. Grown to TIMED_FLOP the batch would fill the GPU with
-    (batch, head) programs and hide what decode kernels are for: few programs, long K/V."""
-    hkv, hq = 8, 8 * key.gqa
+    for the batch DECODE_SEQUENCES names for the key's streams class. Grown to TIMED_FLOP the
+    batch would fill the GPU with (batch, head) programs and hide what decode kernels are for:
+    few programs, long K/V."""
+    hkv, hq = TIMING_HEADS_KV, TIMING_HEADS_KV * key.gqa
     if key.sq <= SEQLEN_BOUNDS[0]:
-        return DECODE_BATCH, hq, hkv, 1, key.sk, key.head_dim
-    per_batch = flops("fwd", 1, hq, key.sq, key.sk, key.head_dim, key.causal)
-    bytes_per_batch = 2 * key.head_dim * (2 * hq * key.sq + 2 * hkv * key.sk) * (
-        2 if key.op == "bwd" else 1)
-    B = max(1, min(MAX_GRID_Y // hq, TIMED_BYTES // bytes_per_batch,
-                   math.ceil(TIMED_FLOP / per_batch)))
+        if key.streams not in DECODE_SEQUENCES:
+            raise ValueError(f"{key.text}: decode keys are tuned in streams classes "
+                             f"{sorted(DECODE_SEQUENCES)}")
+        return DECODE_SEQUENCES[key.streams], hq, hkv, 1, key.sk, key.head_dim
+    B = _prefill_batch(key.op, key.head_dim, key.causal, key.gqa, key.sq, key.sk)
+    if streams_class(B, hkv) != key.streams:
+        raise ValueError(f"{key.text}: a prefill key is timed at B={B} x {hkv} KV heads, streams "
+                         f"class {streams_class(B, hkv)}; only decode keys are tuned per class")
     return B, hq, hkv, key.sq, key.sk, key.head_dim
 
 
@@ -317,7 +347,7 @@ def tune_key(torch, runtime, bundle, bench: Bench, index: dict, key: TuneKey, lo
     natives = native_times(torch, bench, key, q, k, v, do)
     f = flops(key.op, B, Hq, Sq, Sk, D, key.causal)
     entry = {"op": key.op, "dtype": key.dtype, "head_dim": key.head_dim, "causal": key.causal,
-             "gqa": key.gqa, "sq": key.sq, "sk": key.sk,
+             "gqa": key.gqa, "sq": key.sq, "sk": key.sk, "streams": key.streams,
              "family": index_family(index, best), "kernel": best,
              "time_us": round(times[best], 2), "tflops": round(f / times[best] / 1e6, 1),
              "error": errors[best],
