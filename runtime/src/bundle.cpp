@@ -164,7 +164,7 @@ Problem Bundle::with_device_facts(const Problem& input) {
   return problem;
 }
 
-const KernelPlan& Bundle::select_for_launch(const Problem& problem) {
+Selection Bundle::select_for_launch(const Problem& problem) {
   Selection selection = selector_->select(with_device_facts(problem));
   if (!selection.plan) {
     {
@@ -173,11 +173,12 @@ const KernelPlan& Bundle::select_for_launch(const Problem& problem) {
     }
     fail(ATTNPACK_STATUS_UNSUPPORTED, selection.unsupported_reason);
   }
-  return *selection.plan;
+  return selection;
 }
 
 void Bundle::run(const Problem& input, const LaunchOptions& options) {
-  const KernelPlan& plan = select_for_launch(input);
+  const Selection selection = select_for_launch(input);
+  const KernelPlan& plan = *selection.plan;
   for (int t = 0; t < kNumTensors; ++t) {
     if (plan.uses_tensor[t] && input.tensors[t].address == 0) {
       fail(ATTNPACK_STATUS_INVALID_ARGUMENT, std::string(kTensorWords[t]) + " is NULL");
@@ -188,7 +189,10 @@ void Bundle::run(const Problem& input, const LaunchOptions& options) {
   DeviceContext& device = current_device();
   Problem problem = input;
   problem.sizes[kNumSms] = device.info.num_sms;
-  const WorkspaceLayout layout = layout_workspace(plan, problem);
+  // A batch past the grid limits runs as slices of `per_launch` (the last one shorter), one
+  // after another on the stream, sharing the workspace the first (largest) one needs.
+  const int64_t batch = problem.sizes[kB], per_launch = selection.batch_per_launch;
+  const WorkspaceLayout layout = layout_workspace(plan, batch_slice(problem, 0, per_launch));
   if (layout.total > 0) {
     if (options.workspace == 0 || options.workspace_size < layout.total) {
       fail(ATTNPACK_STATUS_INVALID_ARGUMENT,
@@ -205,26 +209,29 @@ void Bundle::run(const Problem& input, const LaunchOptions& options) {
 
   Driver& gpu = driver();
   alignas(kTensorMapAlign) uint8_t arguments[kMaxKernargBytes];
-  for (size_t i = 0; i < plan.steps.size(); ++i) {
-    const StepPlan& step = plan.steps[i];
-    const WorkspaceLayout::Scratch& scratch = layout.step_scratch[i];
-    buffers.global_scratch = scratch.global ? options.workspace + scratch.global_offset : 0;
-    buffers.profile_scratch = scratch.profile ? options.workspace + scratch.profile_offset : 0;
-    KernelLaunch launch;
-    launch.function = function_for(device, step);
-    launch.symbol = &step.record->symbol;
-    launch.grid = program_grid(step, problem);
-    for (int d = 0; d < 3; ++d) launch.grid[d] *= step.record->cluster[d];  // blocks, as Triton launches
-    launch.block = step.record->block;
-    launch.cluster = step.record->cluster;
-    launch.shared = step.record->shared;
-    launch.stream = options.stream;
-    pack_arguments(step, plan, problem, buffers, gpu, arguments);
-    launch.args = arguments;
-    launch.args_size = step.packed_size;
-    launch.arg_offsets = step.offsets.data();
-    launch.num_args = step.offsets.size();
-    gpu.launch(launch);
+  for (int64_t b0 = 0; b0 < batch; b0 += per_launch) {
+    const Problem slice = per_launch == batch ? problem : batch_slice(problem, b0, std::min(per_launch, batch - b0));
+    for (size_t i = 0; i < plan.steps.size(); ++i) {
+      const StepPlan& step = plan.steps[i];
+      const WorkspaceLayout::Scratch& scratch = layout.step_scratch[i];
+      buffers.global_scratch = scratch.global ? options.workspace + scratch.global_offset : 0;
+      buffers.profile_scratch = scratch.profile ? options.workspace + scratch.profile_offset : 0;
+      KernelLaunch launch;
+      launch.function = function_for(device, step);
+      launch.symbol = &step.record->symbol;
+      launch.grid = program_grid(step, slice);
+      for (int d = 0; d < 3; ++d) launch.grid[d] *= step.record->cluster[d];  // blocks, as Triton launches
+      launch.block = step.record->block;
+      launch.cluster = step.record->cluster;
+      launch.shared = step.record->shared;
+      launch.stream = options.stream;
+      pack_arguments(step, plan, slice, buffers, gpu, arguments);
+      launch.args = arguments;
+      launch.args_size = step.packed_size;
+      launch.arg_offsets = step.offsets.data();
+      launch.num_args = step.offsets.size();
+      gpu.launch(launch);
+    }
   }
   calls_[plan.record - archive_->kernels().data()].fetch_add(1, std::memory_order_relaxed);
 }
@@ -234,7 +241,7 @@ uint64_t Bundle::workspace_size(const Problem& input) {
   if (!selection.plan) fail(ATTNPACK_STATUS_UNSUPPORTED, selection.unsupported_reason);
   Problem problem = input;
   if (selection.plan->scratch_needs_num_sms) problem.sizes[kNumSms] = current_device().info.num_sms;
-  return layout_workspace(*selection.plan, problem).total;
+  return layout_workspace(*selection.plan, batch_slice(problem, 0, selection.batch_per_launch)).total;
 }
 
 void Bundle::preload(const std::vector<Problem>& problems) {
@@ -274,12 +281,18 @@ std::string Bundle::explain(const Problem& input) {
     case Origin::Nearest: out += "served by: nearest tuned entry\n"; break;
     case Origin::Default: out += "served by: default\n"; break;
   }
+  const int64_t batch = problem.sizes[kB], per_launch = selection.batch_per_launch;
+  if (per_launch < batch) {
+    out += "batch: B=" + std::to_string(batch) + " past the grid limits, launched as " +
+           std::to_string((batch + per_launch - 1) / per_launch) + " slices of up to " + std::to_string(per_launch) + "\n";
+  }
+  const Problem first = batch_slice(problem, 0, per_launch);  // what each step's grid below is
   // Grids over num_sms need the device, which explain asks only for kernels' requirements.
   bool sizes_known = true;
   for (const StepPlan& step : plan.steps) sizes_known &= !step.grid_uses_num_sms || problem.sizes[kNumSms] != 0;
   for (const StepPlan& step : plan.steps) {
     const StepRecord& record = *step.record;
-    out += "  step " + record.name + ": " + record.symbol + " grid " + grid_formula(step, problem, sizes_known) +
+    out += "  step " + record.name + ": " + record.symbol + " grid " + grid_formula(step, first, sizes_known) +
            " block " + json_numbers(record.block) + " cluster " + json_numbers(record.cluster) + " shared " +
            std::to_string(record.shared) + " B, " + std::to_string(step.params.size()) + " params (" +
            std::to_string(step.packed_size) + " B)";
@@ -293,7 +306,7 @@ std::string Bundle::explain(const Problem& input) {
     std::string names;
     for (const WorkspaceRecord& buffer : kernel.workspace) names += (names.empty() ? "" : ", ") + buffer.name;
     out += "workspace: " + (names.empty() ? std::string("scratch only") : names);
-    if (sizes_known) out += ", " + std::to_string(layout_workspace(plan, problem).total) + " bytes";
+    if (sizes_known) out += ", " + std::to_string(layout_workspace(plan, first).total) + " bytes";
     out += "\n";
   }
   return out;

@@ -89,7 +89,7 @@ class Bundle {
   Problem with_device_facts(const Problem& problem);
   DeviceContext& current_device();
   void* function_for(DeviceContext& device, const StepPlan& step);
-  const KernelPlan& select_for_launch(const Problem& problem);
+  Selection select_for_launch(const Problem& problem);
 
   std::unique_ptr<Archive> archive_;
   std::vector<KernelPlan> plans_;

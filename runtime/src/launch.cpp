@@ -576,6 +576,45 @@ std::string grid_overflow(const StepPlan& step, const Problem& problem) {
   return "";
 }
 
+namespace {
+bool grids_fit(const KernelPlan& plan, const Problem& problem) {
+  for (const StepPlan& step : plan.steps) {
+    if (!step.grid_uses_num_sms && !grid_overflow(step, problem).empty()) return false;
+  }
+  return true;
+}
+}  // namespace
+
+int64_t batch_per_launch(const KernelPlan& plan, const Problem& problem) {
+  const int64_t batch = problem.sizes[kB];
+  if (grids_fit(plan, problem)) return batch;
+  // A slice's LSE starts b0·Hq·Sq floats in: a multiple of 4 floats keeps it 16-byte aligned.
+  const int64_t rows = (problem.sizes[kHq] * problem.sizes[kSq]) % 4;
+  const int64_t step = rows == 0 ? 1 : rows == 2 ? 2 : 4;
+  // The grids grow with B: the largest fitting multiple of `step` by bisection.
+  Problem probe = problem;
+  int64_t lo = 0, hi = batch / step;  // in units of `step`
+  probe.sizes[kB] = hi * step;
+  if (hi > 0 && grids_fit(plan, probe)) return hi * step;
+  while (hi - lo > 1) {  // lo fits (0 trivially), hi does not
+    const int64_t mid = lo + (hi - lo) / 2;
+    probe.sizes[kB] = mid * step;
+    (grids_fit(plan, probe) ? lo : hi) = mid;
+  }
+  return lo * step;
+}
+
+Problem batch_slice(const Problem& problem, int64_t b0, int64_t count) {
+  Problem slice = problem;
+  slice.sizes[kB] = count;
+  const uint64_t element_bytes = dtype_bytes(problem.dtype);
+  for (TensorView& view : slice.tensors) {
+    if (view.address) view.address += uint64_t(b0 * view.stride[kAxisB]) * element_bytes;
+  }
+  if (slice.lse) slice.lse += uint64_t(b0 * problem.sizes[kHq] * problem.sizes[kSq]) * sizeof(float);
+  return slice;
+}
+
 std::array<uint32_t, 3> program_grid(const StepPlan& step, const Problem& problem) {
   std::string overflow = grid_overflow(step, problem);
   if (!overflow.empty()) fail(ATTNPACK_STATUS_UNSUPPORTED, overflow);

@@ -133,6 +133,16 @@ std::string requirement_failure(const KernelPlan& plan, const Problem& problem);
 
 // Why the step's grid for `problem` exceeds the driver's limits (counting cluster blocks), or "".
 std::string grid_overflow(const StepPlan& step, const Problem& problem);
+
+// Batches past the grid limits. Attention is independent per batch element, so a problem whose
+// B (times the heads on that grid dim) overflows a step's grid is launched as consecutive
+// slices of the batch, each a whole problem of its own. The largest batch every step's grid
+// takes, made a multiple of what keeps each slice's LSE 16-byte aligned (B·Hq·Sq·4 bytes per
+// slice); the problem's own B when it fits; 0 when not even that multiple fits.
+int64_t batch_per_launch(const KernelPlan& plan, const Problem& problem);
+// The slice [b0, b0 + count) of `problem`'s batch: sizes[kB] = count and every tensor address
+// (and the LSE) moved to batch element b0 by its batch stride.
+Problem batch_slice(const Problem& problem, int64_t b0, int64_t count);
 // Programs per grid dim, before cluster expansion; throws UNSUPPORTED past the limits.
 std::array<uint32_t, 3> program_grid(const StepPlan& step, const Problem& problem);
 

@@ -251,9 +251,24 @@ std::string Selector::layout_mismatch(const KernelPlan& plan, const Problem& pro
       std::string mismatch = tensormap_mismatch(map, problem);
       if (!mismatch.empty()) return mismatch;
     }
-    if (!step.grid_uses_num_sms) {  // a grid of num_sms never exceeds the limits
-      std::string overflow = grid_overflow(step, problem);
-      if (!overflow.empty()) return overflow;
+  }
+  // Grid limits (a grid of num_sms never exceeds them). A batch past them runs in slices, each
+  // of which must suit the kernel as a problem of its own: the first, and a shorter last one.
+  const int64_t batch = problem.sizes[kB], per_launch = batch_per_launch(plan, problem);
+  if (per_launch == batch) return "";
+  if (per_launch == 0) {
+    for (const StepPlan& step : plan.steps) {
+      std::string overflow = step.grid_uses_num_sms ? "" : grid_overflow(step, problem);
+      if (!overflow.empty()) return overflow + ", even for a batch slice";
+    }
+    return "the grid limits are exceeded, even for a batch slice";
+  }
+  const int64_t rest = batch % per_launch;
+  for (auto [b0, count] : {std::pair{int64_t(0), per_launch}, std::pair{batch - rest, rest}}) {
+    if (count == 0) continue;
+    std::string mismatch = layout_mismatch(plan, batch_slice(problem, b0, count));
+    if (!mismatch.empty()) {
+      return "batch slice [" + std::to_string(b0) + ", " + std::to_string(b0 + count) + "): " + mismatch;
     }
   }
   return "";
@@ -346,6 +361,7 @@ Selection Selector::select(const Problem& p, std::vector<std::string>* trace) co
       note(origin + plan.record->name + ": chosen");
       selection.plan = &plan;
       selection.origin = candidates[i].origin;
+      selection.batch_per_launch = batch_per_launch(plan, p);
       return selection;
     }
     note(origin + plan.record->name + ": rejected, " + mismatch);

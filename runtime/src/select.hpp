@@ -33,6 +33,7 @@ struct Selection {
   const KernelPlan* plan = nullptr;  // null: unsupported
   Origin origin = Origin::Default;
   std::string unsupported_reason;    // "head_dim 80 not built"
+  int64_t batch_per_launch = 0;      // < B: the batch runs in slices of this many (grid limits)
 };
 
 // The bucket holding `value`: the first boundary >= value, else the last boundary. The one
@@ -51,7 +52,8 @@ class Selector {
 
   // Why this kernel cannot take this problem ("" when it can): its requirements (the index's
   // `requires`), its tensors' layout and alignment, every value fitting its wire type, every
-  // divisibility promise it was compiled with, and the grid limits.
+  // divisibility promise it was compiled with, and the grid limits (a batch past them must
+  // split into slices that each pass all of this: batch_per_launch).
   static std::string layout_mismatch(const KernelPlan& plan, const Problem& problem);
 
   // Kernels of every selection and tuning entry (preload of the whole table).

@@ -26,7 +26,8 @@ ALLOWED = {  # python verify's finding -> why the runtime does not make that che
     r"ELF parameters \(offset, size\) .* disagree with the launch spec": "needs the image's ELF",
     r"ELF kernarg size \d+ != launch spec": "needs the image's ELF",
     r"ELF argument \(\d+, \d+\) \(offset, size\) is not filled": "needs the image's ELF",
-    r"launch spec field \(\d+, \d+\) \(offset, size\) lies in no ELF argument":
+    # a negative field can only be `padding`'s (the runtime reads parameter offsets as u32)
+    r"launch spec field \(-?\d+, -?\d+\) \(offset, size\) lies in no ELF argument":
         "needs the image's ELF",
     r"bytes of static LDS \+ \d+ dynamic >": "the static LDS size is in the image's ELF",
     r"tensor map \S+ is followed by .*, Triton passes": "Triton's convention, not the runtime's",

@@ -109,6 +109,70 @@ def test_backward_carves_the_workspace_in_declared_order(toy_archives):
         assert launch["grid"] == expected_grid(spec, values) == [7, 8, 1]
 
 
+def test_a_batch_past_the_grid_limit_launches_in_slices(toy_archives):
+    """B·Hq = 17·4096 is past grid y's 65535 blocks: the backward runs as two whole problems,
+    B=15 then B=2, each with every tensor and the LSE moved to its first batch element, and the
+    workspace the larger one needs, reused (the slices run in order on one stream)."""
+    ar = read_archive(toy_archives["sm_90"])
+    k = ar.kernel("toy/bwd/fp16-d32-causal/BLOCK16_warps1")
+    B, H, S, D = 17, 4096, 100, 32
+    names = ("q", "k", "v", "o", "do", "dq", "dk", "dv")
+    pointers = {name: 0x100000000 * (i + 1) for i, name in enumerate(names)}
+    pointers["lse"] = 0x900000000
+    make = lambda b0, n: rt.make_problem(  # noqa: E731
+        "bwd", "fp16", B=n, Hq=H, Hkv=H, Sq=S, Sk=S, D=D, causal=True,
+        pointers={**{t: p + b0 * H * S * D * 2 for t, p in pointers.items() if t != "lse"},
+                  "lse": pointers["lse"] + b0 * H * S * 4})
+    base = 0x7f0000000000
+    with rt.Bundle(toy_archives["sm_90"], recording=True) as bundle:
+        prob = make(0, B)
+        assert bundle.select(prob).name == k["name"]
+        size = bundle.workspace_size(prob)
+        assert size == 4 * 15 * H * S  # delta, for the larger slice
+        assert "batch: B=17 past the grid limits, launched as 2 slices of up to 15\n" in \
+            bundle.explain(prob)
+        bundle.backward(prob, workspace=base, workspace_size=size)
+        launches = recorded(bundle)
+    steps = k["steps"]
+    assert len(launches) == 2 * len(steps)
+    for i, (b0, n) in enumerate(((0, 15), (15, 2))):
+        values = word_values(make(b0, n), {"delta": base})
+        for launch, spec in zip(launches[i * len(steps):], steps):
+            assert bytes.fromhex(launch["args"]) == expected_args(spec, values)
+            assert launch["grid"] == expected_grid(spec, values)
+            assert launch["grid"][1] == n * H
+
+
+def test_batch_slices_keep_the_lse_aligned_and_refuse_what_no_slice_fits(synthetic_archive):
+    """A slice's LSE starts b0·Hq·Sq floats in: with Hq·Sq odd the slices hold a multiple of 4
+    batch elements, so each LSE stays 16-byte aligned. A grid one batch element overflows is
+    refused as before."""
+    H, D = 1023, 64
+    base = {"q": 0x100000, "k": 0x200000, "v": 0x300000, "o": 0x400000, "lse": 0x500000}
+    make = lambda b0, n: rt.make_problem(  # noqa: E731
+        "fwd", "fp16", B=n, Hq=H, Hkv=H, Sq=1, Sk=16, D=D,
+        pointers={"q": base["q"] + b0 * H * D * 2, "o": base["o"] + b0 * H * D * 2,
+                  "k": base["k"] + b0 * H * 16 * D * 2, "v": base["v"] + b0 * H * 16 * D * 2,
+                  "lse": base["lse"] + b0 * H * 4})
+    huge = rt.make_problem("fwd", "fp16", B=1, Hq=70000, Hkv=70000, Sq=16, Sk=16, D=64)
+    with rt.Bundle(synthetic_archive, recording=True) as bundle:
+        odd = make(0, 301)
+        name = bundle.select(odd).name
+        # 64 x 1023 = 65472 fits grid y, and 64 is a multiple of 4 (65 x 1023 does not fit)
+        assert "launched as 5 slices of up to 64\n" in bundle.explain(odd)
+        bundle.forward(odd)
+        launches = recorded(bundle)
+        assert expect_error(S.UNSUPPORTED, bundle.select, huge) == \
+            "grid y of step fwd exceeds 65535 blocks, even for a batch slice"
+    spec = read_archive(synthetic_archive).kernel(name)["steps"][0]
+    slices = [(b0, min(64, 301 - b0)) for b0 in range(0, 301, 64)]
+    assert len(launches) == len(slices) == 5
+    for launch, (b0, n) in zip(launches, slices):
+        values = word_values(make(b0, n))
+        assert bytes.fromhex(launch["args"]) == expected_args(spec, values)
+        assert values["lse"] % 16 == 0 and launch["grid"][1] == n * H
+
+
 def test_workspace_mistakes_are_invalid_arguments(toy_archives):
     prob = rt.make_problem("bwd", "fp16", B=2, Hq=4, Hkv=4, Sq=100, Sk=100, D=32,
                            pointers={"do": 0x10000, "dq": 0x20000})

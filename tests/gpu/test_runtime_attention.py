@@ -92,6 +92,33 @@ def test_views_into_a_packed_qkv_tensor(bundle):
     assert (o.float() - ref).abs().max().item() < 2e-2
 
 
+@pytest.mark.parametrize("causal", (False, True), ids=("full", "causal"))
+def test_a_batch_past_the_grid_limit_runs_in_slices(bundle, through_runtime, causal):
+    """B·Hq = 2100·32 = 67200 blocks is past grid y's 65535, where the triton and Gluon kernels
+    put B·Hq: the runtime launches the batch as slices (docs/runtime.md, "Batches past the grid
+    limits") instead of refusing it. Forward and backward as selected, checked as the grid
+    above; then the forward forced to the selection table's default, whose grid is per tile
+    (a tuned persistent forward's grid of num_sms never needs slices)."""
+    B, Hq, Hkv, Sq, Sk, D = 2100, 32, 8, 17, 33, 64
+    family_check.check(B, Hq, Hkv, Sq, Sk, D, causal, "bf16")
+    q = torch.randn(B, Hq, Sq, D, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(B, Hkv, Sk, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    o, lse = torch.empty_like(q), torch.empty(B, Hq, Sq, device="cuda")
+    backward = rt.problem_from_tensors("bwd", q, k, v, o, lse, causal=causal, do=q, dq=q, dk=k,
+                                       dv=v)
+    assert "past the grid limits, launched as 2 slices of up to" in bundle.explain(backward)
+    from attnpack.archive import read_archive
+    default = next(e["kernel"] for e in read_archive(bundle.info()["path"]).index["selection"]
+                   if (e["op"], e["dtype"], e["head_dim"], e["causal"]) == ("fwd", "bf16", D, causal))
+    forced = rt.problem_from_tensors("fwd", q, k, v, o, lse, causal=causal, kernel=default)
+    assert "launched as 2 slices" in bundle.explain(forced), bundle.explain(forced)
+    o, lse = rt.forward(bundle, q, k, v, causal=causal, kernel=default)
+    ref = torch.nn.functional.scaled_dot_product_attention(
+        q.float(), k.float(), v.float(), is_causal=causal, enable_gqa=True)
+    err = (o.float() - ref).abs().max().item()
+    assert err <= family_check.FLOOR["bf16"] * max(ref.abs().max().item(), family_check.MIN_SCALE)
+
+
 def test_unsupported_inputs_are_refused_not_launched(bundle):
     q = torch.randn(1, 8, 128, 80, device="cuda", dtype=torch.bfloat16)  # head dim 80
     with pytest.raises(rt.Unsupported) as info:
