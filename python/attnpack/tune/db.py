@@ -7,11 +7,11 @@ archive's index (`tuning`), which is all the runtime reads.
 
 An entry's key is (op, dtype, head_dim, causal, gqa, sq, sk, streams) with gqa, sq, sk and
 streams (the class of B·Hkv) bucketed by `attnpack.tune.buckets`; an entry written before the
-streams class gets the class of its timing shape when loaded. Its value: the selected `family` and `kernel` (which names the config),
-the measured `time_us` and `tflops`, the best native PyTorch backend for the same shape
-(`native: {backend, time_us}`), the exact shape it was timed at (`shape`), every surviving
-candidate's time (`candidates`), and the candidates that were `rejected` for being wrong, with
-their errors. `deterministic` says whether the winner's family declares it deterministic; when
+streams class gets the class of its timing shape when loaded. Its value: the selected `family`
+and `kernel` (which names the config), the measured `time_us` and `tflops`, the best native
+PyTorch backend for the same shape (`native: {backend, time_us}`), the exact shape it was timed
+at (`shape`), every surviving candidate's time (`candidates`), and the candidates that were
+`rejected` for being wrong, with their errors. `deterministic` says whether the winner's family declares it deterministic; when
 it does not, `deterministic_kernel` names the fastest deterministic candidate (what serves under
 torch.use_deterministic_algorithms(True)), if one survived.
 """
@@ -66,7 +66,9 @@ class TuningDb:
         return (near, "nearest") if near is not None else (None, "default")
 
     def put(self, entry: dict) -> None:
-        missing = [f for f in KEY_FIELDS + ("family", "kernel") if f not in entry and f != "streams"]
+        # `streams` may be left out: _with_streams gives it the class the entry was measured in
+        missing = [f for f in KEY_FIELDS + ("family", "kernel")
+                   if f not in entry and f != "streams"]
         if missing:
             raise DbError(f"entry lacks {missing}: {entry}")
         entry = _with_streams(entry)

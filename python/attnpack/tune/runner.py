@@ -272,6 +272,8 @@ def tune(archive_path: Path, keys: Iterable[TuneKey], out_path: Path,
 
     archive = read_archive(archive_path)
     keys = list(keys)
+    for key in keys:  # a key its timing shape cannot be in is refused before any GPU work
+        timing_shape(key)
     db = load_db(out_path) if out_path.is_file() else TuningDb(archive.arch, {})
     if db.arch != archive.arch:
         raise ValueError(f"{out_path} is for {db.arch}, the archive for {archive.arch}")
