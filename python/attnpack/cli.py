@@ -197,9 +197,10 @@ def tune(arch, archive_path, out_path, ops, dtypes, head_dims, gqas, shapes, key
       attnpack tune --arch sm_90 --archive tuning/attnpack-0.1.0-sm_90.apk \\
                     -o aot/tuning_db/sm_90.jsonl --op fwd --dtype bf16 --head-dim 128
     """
-    from attnpack.tune.runner import key_from_fields, standard_keys, tune as run_tune
+    from attnpack.tune.runner import keys_from_fields, standard_keys, tune as run_tune
     if keys_file:
-        keys = [key_from_fields(k) for k in json.loads(keys_file.read_text())]
+        keys = [key for fields in json.loads(keys_file.read_text())
+                for key in keys_from_fields(fields)]
     else:
         options = {name: tuple(v) for name, v in (("ops", ops), ("dtypes", dtypes),
                                                   ("head_dims", head_dims), ("gqas", gqas)) if v}

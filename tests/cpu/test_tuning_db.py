@@ -197,6 +197,16 @@ def test_decode_keys_are_timed_as_serving_runs_them():
         timing_shape(prefill._replace(streams=64 if prefill.streams == 128 else 128))
 
 
+def test_a_keys_file_entry_without_a_class_tunes_decode_in_every_class():
+    from attnpack.tune.runner import keys_from_fields, natural_key
+    decode = {"op": "fwd", "dtype": "bf16", "head_dim": 128, "causal": False, "gqa": 8, "sq": 16,
+              "sk": 8192}
+    assert [k.streams for k in keys_from_fields(decode)] == [64, 128]
+    assert [k.streams for k in keys_from_fields({**decode, "streams": 64})] == [64]
+    prefill = {**decode, "sq": 1024, "sk": 1024}
+    assert keys_from_fields(prefill) == [natural_key(**prefill)]
+
+
 @pytest.mark.parametrize("b, hkv, expected", [(1, 1, 64), (8, 8, 64), (9, 8, 128), (1, 65, 128),
                                               (64, 8, 128), (4096, 8, 128)])
 def test_streams_classes(b, hkv, expected):

@@ -67,11 +67,16 @@ def natural_key(op: str, dtype: str, head_dim: int, causal: bool, gqa: int, sq: 
     return TuneKey(op, dtype, head_dim, bool(causal), gqa, sq, sk, streams)
 
 
-def key_from_fields(fields: dict) -> TuneKey:
-    """A key of a `--keys` file: the TuneKey fields; `streams` may be left out (natural_key)."""
+def keys_from_fields(fields: dict) -> list[TuneKey]:
+    """The keys one entry of a `--keys` file names: the TuneKey fields, where `streams` may be
+    left out. Then a prefill key is tuned in its timing batch's class (natural_key) and a decode
+    key in every class, since which decode kernel wins depends on it (buckets.py)."""
     if "streams" in fields:
-        return TuneKey(**fields)
-    return natural_key(**fields)
+        return [TuneKey(**fields)]
+    key = natural_key(**fields)
+    if key.sq > SEQLEN_BOUNDS[0]:
+        return [key]
+    return [key._replace(streams=c) for c in STREAM_BOUNDS]
 
 
 def flops(op: str, B: int, Hq: int, Sq: int, Sk: int, D: int, causal: bool) -> float:
