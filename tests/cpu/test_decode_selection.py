@@ -14,30 +14,22 @@ from attnpack import runtime as rt
 from attnpack.tune.db import load_db
 
 REPO = Path(__file__).resolve().parents[2]
-ARCHIVE = REPO / "build" / "bundle" / "attnpack-0.1.0-sm_90.apk"
 DB = REPO / "aot" / "tuning_db" / "sm_90.jsonl"
-
-
-@pytest.fixture(scope="module")
-def bundle():
-    if not ARCHIVE.is_file():
-        pytest.skip("no sm_90 archive in build/bundle (bash build_tools/setup.sh)")
-    with rt.Bundle(ARCHIVE, recording=True) as opened:
-        yield opened
 
 
 @pytest.mark.parametrize("B,Hq,Hkv,Sk,D", [(8, 64, 8, 32768, 128), (64, 32, 8, 1024, 128),
                                            (16, 16, 8, 8192, 256), (64, 32, 8, 4096, 64)])
-def test_a_decode_step_launches_one_program_per_kv_head(bundle, B, Hq, Hkv, Sk, D):
+def test_a_decode_step_launches_one_program_per_kv_head(sm90_default_bundle, B, Hq, Hkv, Sk, D):
     problem = rt.make_problem("fwd", "bf16", B=B, Hq=Hq, Hkv=Hkv, Sq=1, Sk=Sk, D=D,
                               pointers={"q": 0x100000, "k": 0x200000, "v": 0x300000,
                                         "o": 0x400000, "lse": 0x500000})
     entry, rule = load_db(DB).select("fwd", "bf16", D, False, B, Hq, Hkv, 1, Sk)
     assert rule in ("tuned", "nearest") and "/decode1_" in entry["kernel"], entry
-    kernel = bundle.select(problem)
+    kernel = sm90_default_bundle.select(problem)
     assert kernel.name == entry["kernel"]
-    bundle.forward(problem, workspace=0x7000000, workspace_size=bundle.workspace_size(problem))
-    launches = bundle.recorded_launches()["launches"]
+    workspace_size = sm90_default_bundle.workspace_size(problem)
+    sm90_default_bundle.forward(problem, workspace=0x7000000, workspace_size=workspace_size)
+    launches = sm90_default_bundle.recorded_launches()["launches"]
     if "_split" not in kernel.name:
         assert [(x["symbol"], x["grid"]) for x in launches] == [("attn_fwd_decode", [B * Hkv, 1, 1])]
         return
@@ -46,10 +38,10 @@ def test_a_decode_step_launches_one_program_per_kv_head(bundle, B, Hq, Hkv, Sk, 
     assert [(x["symbol"], x["grid"]) for x in launches] == [
         ("attn_fwd_decode_split", [-(-Sk // chunk), B * Hkv, 1]),
         ("attn_fwd_decode_combine", [1, B * Hq, 1])]
-    assert bundle.workspace_size(problem) == \
+    assert workspace_size == \
         -(-B * Hq * -(-Sk // chunk) * D * 4 // 256) * 256 + B * Hq * -(-Sk // chunk) * 4
 
 
-def test_seventeen_query_rows_take_a_prefill_kernel(bundle):
+def test_seventeen_query_rows_take_a_prefill_kernel(sm90_default_bundle):
     problem = rt.make_problem("fwd", "bf16", B=8, Hq=64, Hkv=8, Sq=17, Sk=32768, D=128)
-    assert "/decode1_" not in bundle.select(problem).name
+    assert "/decode1_" not in sm90_default_bundle.select(problem).name

@@ -14,16 +14,7 @@ import pytest
 from attnpack import runtime as rt
 
 REPO = Path(__file__).resolve().parents[2]
-ARCHIVE = REPO / "build" / "bundle" / "attnpack-0.1.0-sm_90.apk"
 ROWS = json.loads((REPO / "bench" / "model_shapes.json").read_text())["shapes"]
-
-
-@pytest.fixture(scope="module")
-def bundle():
-    if not ARCHIVE.is_file():
-        pytest.skip("no sm_90 archive in build/bundle (bash build_tools/setup.sh)")
-    with rt.Bundle(ARCHIVE, recording=True) as opened:
-        yield opened
 
 
 def _ops(row: dict) -> list[str]:
@@ -32,11 +23,11 @@ def _ops(row: dict) -> list[str]:
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[r["name"] for r in ROWS])
-def test_every_model_row_is_served_by_a_tuned_or_nearest_tuned_kernel(bundle, row):
+def test_every_model_row_is_served_by_a_tuned_or_nearest_tuned_kernel(sm90_default_bundle, row):
     for op in _ops(row):
         problem = rt.make_problem(op, row["dtype"], B=row["batch"], Hq=row["heads_q"],
                                   Hkv=row["heads_kv"], Sq=row["seqlen_q"], Sk=row["seqlen_k"],
                                   D=row["head_dim"], causal=row["causal"])
-        text = bundle.explain(problem)
+        text = sm90_default_bundle.explain(problem)
         served = re.search(r"^served by: (.*)$", text, re.M)
         assert served and served.group(1) in ("tuned entry", "nearest tuned entry"), (op, text)
