@@ -190,7 +190,7 @@ std::string Selector::unbuilt_reason(const Problem& p) const {
          " head_dim " + std::to_string(p.head_dim);
 }
 
-std::string Selector::layout_mismatch(const KernelPlan& plan, const Problem& problem) {
+std::string Selector::layout_mismatch(const KernelPlan& plan, const Problem& problem, int64_t* per_launch_out) {
   std::string unmet = requirement_failure(plan, problem);
   if (!unmet.empty()) return unmet;
   const uint64_t element_bytes = dtype_bytes(problem.dtype);
@@ -255,6 +255,7 @@ std::string Selector::layout_mismatch(const KernelPlan& plan, const Problem& pro
   // Grid limits (a grid of num_sms never exceeds them). A batch past them runs in slices, each
   // of which must suit the kernel as a problem of its own: the first, and a shorter last one.
   const int64_t batch = problem.sizes[kB], per_launch = batch_per_launch(plan, problem);
+  if (per_launch_out) *per_launch_out = per_launch;  // read only when "" comes back
   if (per_launch == batch) return "";
   if (per_launch == 0) {
     for (const StepPlan& step : plan.steps) {
@@ -356,12 +357,13 @@ Selection Selector::select(const Problem& p, std::vector<std::string>* trace) co
       fail(ATTNPACK_STATUS_BAD_LAUNCH_SPEC,
            archive_.describe("kernel " + plan.record->name + " " + plan.defect));
     }
-    mismatch = layout_mismatch(plan, p);
+    int64_t per_launch = 0;
+    mismatch = layout_mismatch(plan, p, &per_launch);
     if (mismatch.empty()) {
       note(origin + plan.record->name + ": chosen");
       selection.plan = &plan;
       selection.origin = candidates[i].origin;
-      selection.batch_per_launch = batch_per_launch(plan, p);
+      selection.batch_per_launch = per_launch;
       return selection;
     }
     note(origin + plan.record->name + ": rejected, " + mismatch);

@@ -53,8 +53,10 @@ class Selector {
   // Why this kernel cannot take this problem ("" when it can): its requirements (the index's
   // `requires`), its tensors' layout and alignment, every value fitting its wire type, every
   // divisibility promise it was compiled with, and the grid limits (a batch past them must
-  // split into slices that each pass all of this: batch_per_launch).
-  static std::string layout_mismatch(const KernelPlan& plan, const Problem& problem);
+  // split into slices that each pass all of this: batch_per_launch, stored in `per_launch`
+  // when the kernel can take the problem and the pointer is given).
+  static std::string layout_mismatch(const KernelPlan& plan, const Problem& problem,
+                                     int64_t* per_launch = nullptr);
 
   // Kernels of every selection and tuning entry (preload of the whole table).
   std::vector<uint32_t> selectable_kernels() const;
