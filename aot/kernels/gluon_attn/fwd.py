@@ -29,9 +29,13 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma,
                                                               warpgroup_mma, warpgroup_mma_wait)
+from triton.language.core import _aggregate as aggregate
 
 LN2 = gl.constexpr(0.6931471805599453)  # ln 2: lse is natural-log
 LOG2E = gl.constexpr(1.4426950408889634)
+# A ring this deep gives V barriers of their own (FwdBarriers): measured faster with 2 stages,
+# slower with 3 (docs/gluon-family.md, "Loads and turn").
+SPLIT_KV_STAGES = gl.constexpr(2)
 
 
 @gluon.jit
@@ -68,12 +72,49 @@ def _tile(tile, row_blocks, Hq, BLOCK_M: gl.constexpr):
     return bh // Hq, bh % Hq, row_block * (2 * BLOCK_M)
 
 
+@aggregate
+class FwdSmem:
+    """Shared memory of a program: Q [2 consumers], O [2] (Q's own slots unless persistent),
+    and the K and V rings [STAGES]."""
+    q: gl.shared_memory_descriptor
+    o: gl.shared_memory_descriptor
+    k: gl.shared_memory_descriptor
+    v: gl.shared_memory_descriptor
+
+    @gluon.constexpr_function
+    def __init__(self, q, o, k, v):
+        self.q = q
+        self.o = o
+        self.k = k
+        self.v = v
+
+
+@aggregate
+class FwdBarriers:
+    q_ready: gl.shared_memory_descriptor  # [2] a consumer's Q tile landed
+    q_free: gl.shared_memory_descriptor   # [2] a consumer did its last QKᵀ with its Q tile
+    # K(j) lands on k_ready. With a 2-stage ring V(j) lands on v_ready, so QKᵀ(j) waits for
+    # K(j) only; with 3 stages the loads run far enough ahead that the second wait only costs,
+    # and V(j) lands on k_ready beside K(j) (v_ready is unused). Separate allocations: Triton
+    # puts a warpgroup bar.sync between two waits on one.
+    k_ready: gl.shared_memory_descriptor  # [STAGES]
+    v_ready: gl.shared_memory_descriptor  # [STAGES]
+    kv_free: gl.shared_memory_descriptor  # [STAGES] both consumers are done with a slot
+
+    @gluon.constexpr_function
+    def __init__(self, q_ready, q_free, k_ready, v_ready, kv_free):
+        self.q_ready = q_ready
+        self.q_free = q_free
+        self.k_ready = k_ready
+        self.v_ready = v_ready
+        self.kv_free = kv_free
+
+
 # --------------------------------------------------------------------------------------------
 # load: one warp issues every TMA copy; completion is tracked by byte counts on mbarriers.
 # --------------------------------------------------------------------------------------------
 @gluon.jit
-def _load(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_free, kv_ready, kv_free,
-          B, Hq, Hkv, Sq, Sk,
+def _load(q_desc, k_desc, v_desc, smem, bars, B, Hq, Hkv, Sq, Sk,
           BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
           CAUSAL: gl.constexpr, PERSISTENT: gl.constexpr):
     first, end, step, row_blocks = _work(B, Hq, Sq, BLOCK_M, PERSISTENT)
@@ -81,23 +122,22 @@ def _load(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_free, kv_re
         count = 0  # K/V tiles loaded so far: ring slots and phases run on across work tiles
         it = 0     # work tiles so far
         for tile in range(first, end, step):
-            count = _load_tile(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_free,
-                               kv_ready, kv_free, tile, row_blocks, count, it, Hq, Hkv, Sk,
-                               BLOCK_M, BLOCK_N, STAGES, CAUSAL)
+            count = _load_tile(q_desc, k_desc, v_desc, smem, bars, tile, row_blocks, count, it,
+                               Hq, Hkv, Sk, BLOCK_M, BLOCK_N, STAGES, CAUSAL)
             it += 1
     else:
-        _load_tile(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_free, kv_ready,
-                   kv_free, first, row_blocks, 0, 0, Hq, Hkv, Sk, BLOCK_M, BLOCK_N, STAGES, CAUSAL)
+        _load_tile(q_desc, k_desc, v_desc, smem, bars, first, row_blocks, 0, 0, Hq, Hkv, Sk,
+                   BLOCK_M, BLOCK_N, STAGES, CAUSAL)
 
 
 @gluon.jit
-def _load_tile(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_free, kv_ready, kv_free,
-               tile, row_blocks, count, it, Hq, Hkv, Sk,
+def _load_tile(q_desc, k_desc, v_desc, smem, bars, tile, row_blocks, count, it, Hq, Hkv, Sk,
                BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
                CAUSAL: gl.constexpr):
     """Loads of the `it`-th work tile after `count` K/V tiles; returns the new count."""
     q_bytes: gl.constexpr = q_desc.block_type.nbytes
-    kv_bytes: gl.constexpr = k_desc.block_type.nbytes + v_desc.block_type.nbytes
+    k_bytes: gl.constexpr = k_desc.block_type.nbytes
+    v_bytes: gl.constexpr = v_desc.block_type.nbytes
     b, h, start = _tile(tile, row_blocks, Hq, BLOCK_M)
     kv_h = h // (Hq // Hkv)
     n_tiles = _kv_tiles(start, Sk, BLOCK_M, BLOCK_N, CAUSAL)
@@ -105,21 +145,38 @@ def _load_tile(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_free, 
         stage = (count + j) % STAGES
         # Wait until both consumers released the slot's previous tile. A fresh barrier counts
         # as having completed the phase before 0, so the first STAGES waits pass at once.
-        mbarrier.wait(kv_free.index(stage), (((count + j) // STAGES) & 1) ^ 1)
-        mbarrier.expect(kv_ready.index(stage), kv_bytes)
-        tma.async_copy_global_to_shared(k_desc, [b, kv_h, j * BLOCK_N, 0], kv_ready.index(stage),
-                                        k_smem.index(stage))
-        tma.async_copy_global_to_shared(v_desc, [b, kv_h, j * BLOCK_N, 0], kv_ready.index(stage),
-                                        v_smem.index(stage))
+        mbarrier.wait(bars.kv_free.index(stage), (((count + j) // STAGES) & 1) ^ 1)
+        if STAGES == SPLIT_KV_STAGES:
+            mbarrier.expect(bars.k_ready.index(stage), k_bytes)
+        else:
+            mbarrier.expect(bars.k_ready.index(stage), k_bytes + v_bytes)
+        tma.async_copy_global_to_shared(k_desc, [b, kv_h, j * BLOCK_N, 0],
+                                        bars.k_ready.index(stage), smem.k.index(stage))
+        if STAGES != SPLIT_KV_STAGES:
+            tma.async_copy_global_to_shared(v_desc, [b, kv_h, j * BLOCK_N, 0],
+                                            bars.k_ready.index(stage), smem.v.index(stage))
         if j == 0:
-            # Q after K/V(0): each consumer frees its Q slot after its last QKᵀ of the previous
-            # work tile, and K/V(0) streams in meanwhile.
+            # Q after K(0), and before V(0) where V has its own barrier: a work tile's first
+            # QKᵀ needs Q and K(0) only. Each consumer frees its Q slot after its last QKᵀ of
+            # the previous work tile, and K(0) streams in meanwhile.
             for c in gl.static_range(2):
-                mbarrier.wait(q_free.index(c), (it & 1) ^ 1)
-                mbarrier.expect(q_ready.index(c), q_bytes)
+                mbarrier.wait(bars.q_free.index(c), (it & 1) ^ 1)
+                mbarrier.expect(bars.q_ready.index(c), q_bytes)
                 tma.async_copy_global_to_shared(q_desc, [b, h, start + c * BLOCK_M, 0],
-                                                q_ready.index(c), q_smem.index(c))
+                                                bars.q_ready.index(c), smem.q.index(c))
+        if STAGES == SPLIT_KV_STAGES:
+            mbarrier.expect(bars.v_ready.index(stage), v_bytes)
+            tma.async_copy_global_to_shared(v_desc, [b, kv_h, j * BLOCK_N, 0],
+                                            bars.v_ready.index(stage), smem.v.index(stage))
     return count + n_tiles
+
+
+@gluon.jit
+def _wait_v(bars, stage, count, STAGES: gl.constexpr):
+    """Wait for V of the `count`-th K/V tile, in ring slot `stage`. With 3 stages V landed with
+    K, on the barrier the caller waited for already."""
+    if STAGES == SPLIT_KV_STAGES:
+        mbarrier.wait(bars.v_ready.index(stage), (count // STAGES) & 1)
 
 
 # --------------------------------------------------------------------------------------------
@@ -157,10 +214,43 @@ def _softmax(s, m_i, l_i, j, row0, Sk, qk_scale,
 
 
 # --------------------------------------------------------------------------------------------
+# the turn: two named hardware barriers (PTX bar.sync / bar.arrive over 256 threads), one per
+# consumer. A consumer takes its turn with bar.sync on its own barrier, which completes once
+# the other warpgroup's 128 threads have arrived there, and passes it with bar.arrive on the
+# other's, which does not wait: the passing warps go straight on to their softmax. (An
+# mbarrier.arrive would first bar.sync the passing warpgroup: Gluon lowers it to a warpgroup
+# barrier and one predicated arrive.) Triton's own partition barriers use ids 0-2 here.
+# --------------------------------------------------------------------------------------------
+TURN_BARRIER = gl.constexpr(14)  # consumer c's turn is barrier 14 + c
+
+
+@gluon.jit
+def _barrier_ids(bar):
+    """`bar` once per thread of a 4-warp consumer: the inline asm below then runs once per
+    thread, so once per warp, as bar.sync/bar.arrive count it."""
+    layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    return gl.full([128], bar, gl.int32, layout)
+
+
+@gluon.jit
+def _take_turn(CONSUMER: gl.constexpr):
+    gl.inline_asm_elementwise("bar.sync $1, 256;\n\tmov.b32 $0, 0;", "=r,r",
+                              [_barrier_ids(TURN_BARRIER + CONSUMER)], dtype=gl.int32,
+                              is_pure=False, pack=1)
+
+
+@gluon.jit
+def _pass_turn(CONSUMER: gl.constexpr):
+    gl.inline_asm_elementwise("bar.arrive $1, 256;\n\tmov.b32 $0, 0;", "=r,r",
+                              [_barrier_ids(TURN_BARRIER + 1 - CONSUMER)], dtype=gl.int32,
+                              is_pure=False, pack=1)
+
+
+# --------------------------------------------------------------------------------------------
 # mma + softmax of one consumer warpgroup over one work tile, and its epilogue.
 # --------------------------------------------------------------------------------------------
 @gluon.jit
-def _attend(q, k_smem, v_smem, q_free, kv_ready, kv_free, turn, base, n_tiles, row0, Sk, sm_scale,
+def _attend(q, smem, bars, base, n_tiles, row0, Sk, sm_scale,
             s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr,
             CONSUMER: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
             HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
@@ -178,11 +268,11 @@ def _attend(q, k_smem, v_smem, q_free, kv_ready, kv_free, turn, base, n_tiles, r
 
     if OVERLAP:
         # Tile 0 has no PV before it: QKᵀ alone, then its softmax.
-        mbarrier.wait(kv_ready.index(base % STAGES), (base // STAGES) & 1)
-        mbarrier.wait(turn.index(CONSUMER), (base & 1) ^ (1 - CONSUMER))
-        k_t = k_smem.index(base % STAGES).reshape([BLOCK_N, HEAD_DIM]).permute([1, 0])
+        mbarrier.wait(bars.k_ready.index(base % STAGES), (base // STAGES) & 1)
+        _take_turn(CONSUMER)
+        k_t = smem.k.index(base % STAGES).reshape([BLOCK_N, HEAD_DIM]).permute([1, 0])
         s_tok = warpgroup_mma(q, k_t, s_zero, use_acc=False, is_async=True)
-        mbarrier.arrive(turn.index(1 - CONSUMER))
+        _pass_turn(CONSUMER)
         s = warpgroup_mma_wait(0, deps=[s_tok])
         p_f32, alpha, m_i, l_i = _softmax(s, m_i, l_i, 0, row0, Sk, qk_scale,
                                           s_layout, BLOCK_M, BLOCK_N, CAUSAL)
@@ -191,15 +281,16 @@ def _attend(q, k_smem, v_smem, q_free, kv_ready, kv_free, turn, base, n_tiles, r
             count = base + j
             stage = count % STAGES
             prev = (count - 1) % STAGES
-            mbarrier.wait(kv_ready.index(stage), (count // STAGES) & 1)
-            k_t = k_smem.index(stage).reshape([BLOCK_N, HEAD_DIM]).permute([1, 0])
-            mbarrier.wait(turn.index(CONSUMER), (count & 1) ^ (1 - CONSUMER))
+            mbarrier.wait(bars.k_ready.index(stage), (count // STAGES) & 1)
+            _wait_v(bars, prev, count - 1, STAGES)
+            k_t = smem.k.index(stage).reshape([BLOCK_N, HEAD_DIM]).permute([1, 0])
+            _take_turn(CONSUMER)
             s_tok = warpgroup_mma(q, k_t, s_zero, use_acc=False, is_async=True)
-            v = v_smem.index(prev).reshape([BLOCK_N, HEAD_DIM])
+            v = smem.v.index(prev).reshape([BLOCK_N, HEAD_DIM])
             acc = warpgroup_mma(p, v, acc, is_async=True)
             # Hand the turn over once both GEMMs are issued: the tensor cores run them in issue
             # order, so the other warpgroup's GEMMs queue right behind these.
-            mbarrier.arrive(turn.index(1 - CONSUMER))
+            _pass_turn(CONSUMER)
             # wgmma groups retire in order: one left in flight means QKᵀ(j) is done and PV(j-1)
             # may still run, behind this softmax.
             s = warpgroup_mma_wait(1, deps=[s_tok])
@@ -207,28 +298,29 @@ def _attend(q, k_smem, v_smem, q_free, kv_ready, kv_free, turn, base, n_tiles, r
                                               s_layout, BLOCK_M, BLOCK_N, CAUSAL)
             # p (tile j-1) is PV's register operand: it stays alive until PV is done.
             acc, p = warpgroup_mma_wait(0, deps=[acc, p])
-            mbarrier.arrive(kv_free.index(prev))
+            mbarrier.arrive(bars.kv_free.index(prev))
             acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
             p = gl.convert_layout(p_f32.to(dtype), p_layout)
     else:
         for j in range(n_tiles):
             count = base + j
             stage = count % STAGES
-            mbarrier.wait(kv_ready.index(stage), (count // STAGES) & 1)
-            k_t = k_smem.index(stage).reshape([BLOCK_N, HEAD_DIM]).permute([1, 0])
-            # Take the turn: consumer 0 starts (a fresh barrier passes the parity-1 wait).
-            mbarrier.wait(turn.index(CONSUMER), (count & 1) ^ (1 - CONSUMER))
+            prev = (count - 1) % STAGES
+            mbarrier.wait(bars.k_ready.index(stage), (count // STAGES) & 1)
+            if j > 0:
+                _wait_v(bars, prev, count - 1, STAGES)
+            k_t = smem.k.index(stage).reshape([BLOCK_N, HEAD_DIM]).permute([1, 0])
+            _take_turn(CONSUMER)
             s_tok = warpgroup_mma(q, k_t, s_zero, use_acc=False, is_async=True)
             if j > 0:
                 # PV of the previous tile, queued behind QKᵀ so both run back to back.
-                prev = (count - 1) % STAGES
-                v = v_smem.index(prev).reshape([BLOCK_N, HEAD_DIM])
+                v = smem.v.index(prev).reshape([BLOCK_N, HEAD_DIM])
                 acc = warpgroup_mma(p, v, acc, is_async=True)
                 acc = warpgroup_mma_wait(0, deps=[acc])
-                mbarrier.arrive(kv_free.index(prev))
+                mbarrier.arrive(bars.kv_free.index(prev))
             s = warpgroup_mma_wait(0, deps=[s_tok])
             # Hand the turn over: the other warpgroup's GEMMs now overlap this softmax.
-            mbarrier.arrive(turn.index(1 - CONSUMER))
+            _pass_turn(CONSUMER)
 
             p_f32, alpha, m_i, l_i = _softmax(s, m_i, l_i, j, row0, Sk, qk_scale,
                                               s_layout, BLOCK_M, BLOCK_N, CAUSAL)
@@ -236,12 +328,13 @@ def _attend(q, k_smem, v_smem, q_free, kv_ready, kv_free, turn, base, n_tiles, r
             p = gl.convert_layout(p_f32.to(dtype), p_layout)
 
     # The last QKᵀ is done: the loader may put the next work tile's Q into this slot.
-    mbarrier.arrive(q_free.index(CONSUMER))
+    mbarrier.arrive(bars.q_free.index(CONSUMER))
     # The last tile's PV (no turn: the tensor cores are ours once the other side is done too).
     last = (base + n_tiles - 1) % STAGES
-    acc = warpgroup_mma(p, v_smem.index(last).reshape([BLOCK_N, HEAD_DIM]), acc, is_async=True)
+    _wait_v(bars, last, base + n_tiles - 1, STAGES)
+    acc = warpgroup_mma(p, smem.v.index(last).reshape([BLOCK_N, HEAD_DIM]), acc, is_async=True)
     acc = warpgroup_mma_wait(0, deps=[acc])
-    mbarrier.arrive(kv_free.index(last))
+    mbarrier.arrive(bars.kv_free.index(last))
     return acc, m_i, l_i
 
 
@@ -265,8 +358,7 @@ def _epilogue(acc, m_i, l_i, o_desc, o_smem, lse_ptr, b, h, row0, Hq, Sq, sm_sca
 
 
 @gluon.jit
-def _consume(o_desc, lse_ptr, q_smem, o_smem, k_smem, v_smem, q_ready, q_free, kv_ready, kv_free,
-             turn, B, Hq, Sq, Sk, sm_scale,
+def _consume(o_desc, lse_ptr, smem, bars, B, Hq, Sq, Sk, sm_scale,
              CONSUMER: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
              HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
              OVERLAP: gl.constexpr, PERSISTENT: gl.constexpr):
@@ -279,12 +371,13 @@ def _consume(o_desc, lse_ptr, q_smem, o_smem, k_smem, v_smem, q_ready, q_free, k
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
 
     first, end, step, row_blocks = _work(B, Hq, Sq, BLOCK_M, PERSISTENT)
+    if CONSUMER == 1:
+        _pass_turn(1)  # consumer 0 takes the first turn
     if PERSISTENT:
         count = 0  # K/V tiles (and turns) taken so far
         it = 0     # work tiles so far
         for tile in range(first, end, step):
-            n_tiles = _consume_tile(o_desc, lse_ptr, q_smem, o_smem, k_smem, v_smem, q_ready,
-                                    q_free, kv_ready, kv_free, turn, tile, row_blocks, count, it,
+            n_tiles = _consume_tile(o_desc, lse_ptr, smem, bars, tile, row_blocks, count, it,
                                     Hq, Sq, Sk, sm_scale, s_layout, o_layout, p_layout,
                                     CONSUMER, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP)
             count += n_tiles
@@ -292,16 +385,19 @@ def _consume(o_desc, lse_ptr, q_smem, o_smem, k_smem, v_smem, q_ready, q_free, k
     else:
         # One work tile, and no loop around it: loop-carried counters would cost registers
         # that the overlapped schedule at head dim 128 does not have to spare.
-        _consume_tile(o_desc, lse_ptr, q_smem, o_smem, k_smem, v_smem, q_ready, q_free,
-                      kv_ready, kv_free, turn, first, row_blocks, 0, 0,
+        _consume_tile(o_desc, lse_ptr, smem, bars, first, row_blocks, 0, 0,
                       Hq, Sq, Sk, sm_scale, s_layout, o_layout, p_layout,
                       CONSUMER, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP)
+    if CONSUMER == 0:
+        # Both consumers took the same number of turns, so consumer 1's last pass (or, with
+        # no work tile, its first) is still pending on consumer 0's barrier: take it, and leave
+        # the barrier as the kernel found it.
+        _take_turn(0)
     tma.store_wait(0)
 
 
 @gluon.jit
-def _consume_tile(o_desc, lse_ptr, q_smem, o_smem, k_smem, v_smem, q_ready, q_free, kv_ready,
-                  kv_free, turn, tile, row_blocks, count, it, Hq, Sq, Sk, sm_scale,
+def _consume_tile(o_desc, lse_ptr, smem, bars, tile, row_blocks, count, it, Hq, Sq, Sk, sm_scale,
                   s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr,
                   CONSUMER: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
                   HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
@@ -311,35 +407,30 @@ def _consume_tile(o_desc, lse_ptr, q_smem, o_smem, k_smem, v_smem, q_ready, q_fr
     b, h, start = _tile(tile, row_blocks, Hq, BLOCK_M)
     n_tiles = _kv_tiles(start, Sk, BLOCK_M, BLOCK_N, CAUSAL)
     row0 = start + CONSUMER * BLOCK_M
-    mbarrier.wait(q_ready.index(CONSUMER), it & 1)
-    q = q_smem.index(CONSUMER).reshape([BLOCK_M, HEAD_DIM])
-    acc, m_i, l_i = _attend(q, k_smem, v_smem, q_free, kv_ready, kv_free, turn, count, n_tiles,
-                            row0, Sk, sm_scale, s_layout, o_layout, p_layout,
-                            CONSUMER, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP)
-    _epilogue(acc, m_i, l_i, o_desc, o_smem.index(CONSUMER), lse_ptr, b, h, row0, Hq, Sq, sm_scale,
-              s_layout, o_layout, BLOCK_M, HEAD_DIM)
+    mbarrier.wait(bars.q_ready.index(CONSUMER), it & 1)
+    q = smem.q.index(CONSUMER).reshape([BLOCK_M, HEAD_DIM])
+    acc, m_i, l_i = _attend(q, smem, bars, count, n_tiles, row0, Sk, sm_scale,
+                            s_layout, o_layout, p_layout, CONSUMER, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP)
+    _epilogue(acc, m_i, l_i, o_desc, smem.o.index(CONSUMER), lse_ptr, b, h, row0, Hq, Sq,
+              sm_scale, s_layout, o_layout, BLOCK_M, HEAD_DIM)
     return n_tiles
 
 
 @gluon.jit
-def _consumer1(o_desc, lse_ptr, q_smem, o_smem, k_smem, v_smem, q_ready, q_free, kv_ready,
-               kv_free, turn, B, Hq, Sq, Sk, sm_scale,
+def _consumer1(o_desc, lse_ptr, smem, bars, B, Hq, Sq, Sk, sm_scale,
                BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                STAGES: gl.constexpr, CAUSAL: gl.constexpr, OVERLAP: gl.constexpr,
                PERSISTENT: gl.constexpr):
-    _consume(o_desc, lse_ptr, q_smem, o_smem, k_smem, v_smem, q_ready, q_free, kv_ready, kv_free,
-             turn, B, Hq, Sq, Sk, sm_scale,
+    _consume(o_desc, lse_ptr, smem, bars, B, Hq, Sq, Sk, sm_scale,
              1, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP, PERSISTENT)
 
 
 @gluon.jit
-def _consumer0(o_desc, lse_ptr, q_smem, o_smem, k_smem, v_smem, q_ready, q_free, kv_ready,
-               kv_free, turn, B, Hq, Sq, Sk, sm_scale,
+def _consumer0(o_desc, lse_ptr, smem, bars, B, Hq, Sq, Sk, sm_scale,
                BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                STAGES: gl.constexpr, CAUSAL: gl.constexpr, OVERLAP: gl.constexpr,
                PERSISTENT: gl.constexpr):
-    _consume(o_desc, lse_ptr, q_smem, o_smem, k_smem, v_smem, q_ready, q_free, kv_ready, kv_free,
-             turn, B, Hq, Sq, Sk, sm_scale,
+    _consume(o_desc, lse_ptr, smem, bars, B, Hq, Sq, Sk, sm_scale,
              0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP, PERSISTENT)
 
 
@@ -352,36 +443,37 @@ def attn_fwd_pingpong(q_desc, k_desc, v_desc, o_desc, lse_ptr, B, Hq, Hkv, Sq, S
     """grid: (cdiv(Sq, 2 * BLOCK_M), B * Hq), or (num_sms,) when PERSISTENT; num_warps = 4
     (consumer 0)."""
     dtype: gl.constexpr = q_desc.dtype
-    q_smem = gl.allocate_shared_memory(dtype, [2] + q_desc.block_type.shape, q_desc.layout)
+    q = gl.allocate_shared_memory(dtype, [2] + q_desc.block_type.shape, q_desc.layout)
     if PERSISTENT:
         # O has a buffer of its own, so the next work tile's Q can load during this epilogue.
-        o_smem = gl.allocate_shared_memory(dtype, [2] + o_desc.block_type.shape, o_desc.layout)
+        o = gl.allocate_shared_memory(dtype, [2] + o_desc.block_type.shape, o_desc.layout)
     else:
-        o_smem = q_smem  # one work tile: O goes out through Q's slot once the last QKᵀ is done
-    k_smem = gl.allocate_shared_memory(dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout)
-    v_smem = gl.allocate_shared_memory(dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout)
-    q_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    q_free = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    kv_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    kv_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+        o = q  # one work tile: O goes out through Q's slot once the last QKᵀ is done
+    smem = FwdSmem(q, o,
+                   gl.allocate_shared_memory(dtype, [STAGES] + k_desc.block_type.shape,
+                                             k_desc.layout),
+                   gl.allocate_shared_memory(dtype, [STAGES] + v_desc.block_type.shape,
+                                             v_desc.layout))
+    bars = FwdBarriers(gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout()),
+                       gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout()),
+                       gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout()),
+                       gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout()),
+                       gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout()))
     for i in gl.static_range(2):
-        mbarrier.init(q_ready.index(i), count=1)
-        mbarrier.init(q_free.index(i), count=1)
-        mbarrier.init(turn.index(i), count=1)
+        mbarrier.init(bars.q_ready.index(i), count=1)
+        mbarrier.init(bars.q_free.index(i), count=1)
     for i in gl.static_range(STAGES):
-        mbarrier.init(kv_ready.index(i), count=1)
-        mbarrier.init(kv_free.index(i), count=2)  # both consumers release each tile
+        mbarrier.init(bars.k_ready.index(i), count=1)
+        mbarrier.init(bars.v_ready.index(i), count=1)
+        mbarrier.init(bars.kv_free.index(i), count=2)  # both consumers release each tile
 
     # The argument tuples are written in the call: a tuple stored in a variable would turn its
     # constexprs into runtime values.
     gl.warp_specialize([
-        (_consumer0, (o_desc, lse_ptr, q_smem, o_smem, k_smem, v_smem, q_ready, q_free, kv_ready,
-                      kv_free, turn, B, Hq, Sq, Sk, sm_scale,
+        (_consumer0, (o_desc, lse_ptr, smem, bars, B, Hq, Sq, Sk, sm_scale,
                       BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP, PERSISTENT)),
-        (_consumer1, (o_desc, lse_ptr, q_smem, o_smem, k_smem, v_smem, q_ready, q_free, kv_ready,
-                      kv_free, turn, B, Hq, Sq, Sk, sm_scale,
+        (_consumer1, (o_desc, lse_ptr, smem, bars, B, Hq, Sq, Sk, sm_scale,
                       BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP, PERSISTENT)),
-        (_load, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, q_ready, q_free, kv_ready,
-                 kv_free, B, Hq, Hkv, Sq, Sk, BLOCK_M, BLOCK_N, STAGES, CAUSAL, PERSISTENT)),
+        (_load, (q_desc, k_desc, v_desc, smem, bars, B, Hq, Hkv, Sq, Sk,
+                 BLOCK_M, BLOCK_N, STAGES, CAUSAL, PERSISTENT)),
     ], [4, 1], [CONSUMER_REGS, LOAD_REGS])

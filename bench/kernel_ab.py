@@ -1,0 +1,156 @@
+"""A/B of the same kernels built from two or more source trees: every forward kernel name that
+all the given archives hold for a shape's key is run from each archive, on the same tensors,
+and timed in alternating order (A B C, then C B A), so drift over the run falls on every side
+alike.
+
+    PYTHONPATH=python python3 bench/kernel_ab.py --archive before=a.apk --archive after=b.apk \\
+        --shapes bench/shapes.json --shapes bench/model_shapes.json --json ab.json
+
+Rows with one query (decode) are skipped: this compares prefill kernels. Before timing, each
+kernel's O is compared with cuDNN's; a kernel off by more than --max-diff is reported as wrong
+and not timed. Timing is attnpack.bench's (warm-up, L2 flush, CUDA events, median). Per shape,
+it prints each side's fastest kernel in TFLOP/s, that rate over the first side's, and the
+geomean over kernels of the per-kernel time ratio (first side's time over this side's: above 1
+this side is faster); cuDNN's rate in the same run is the reference column.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).parent))
+from triton_family import cudnn_output  # noqa: E402
+
+from attnpack import runtime as rt  # noqa: E402
+from attnpack.archive import read_archive  # noqa: E402
+from attnpack.bench.measure import backend, make_inputs, time_op  # noqa: E402
+from attnpack.bench.shapes import load_shape_file, shape_flops  # noqa: E402
+from attnpack.bench.timing import Timer  # noqa: E402
+from attnpack.bench.report import geomean  # noqa: E402
+
+
+def _side(spec: str) -> tuple[str, Path]:
+    name, sep, path = spec.partition("=")
+    if not sep or not name or not path:
+        raise argparse.ArgumentTypeError(f"--archive {spec!r}: expected NAME=PATH")
+    return name, Path(path)
+
+
+def _fwd_names(path: Path) -> dict[tuple, list[str]]:
+    """Forward kernel names of an archive by (dtype, head_dim, causal)."""
+    names: dict[tuple, list[str]] = {}
+    for rec in read_archive(path).kernels:
+        if rec["op"] == "fwd":
+            key = rec["key"]
+            names.setdefault((key["dtype"], key["head_dim"], key["causal"]), []).append(rec["name"])
+    return names
+
+
+def _runner(bundle, q, k, v, causal, scale, kernel):
+    o = torch.empty_like(q)
+    lse = torch.empty(q.shape[:3], device=q.device, dtype=torch.float32)
+    return (lambda: rt.forward(bundle, q, k, v, causal=causal, scale=scale, out=o, lse=lse,
+                               kernel=kernel)), o
+
+
+def compare_shape(shape, sides, bundles, names, timer: Timer, max_diff: float) -> dict | None:
+    key = (shape.dtype, shape.head_dim, shape.causal)
+    common = sorted(set.intersection(*(set(n.get(key, ())) for n in names)))
+    if not common:
+        return None
+    q, k, v, do = tensors = make_inputs(shape)
+    scale = 1.0 / math.sqrt(shape.head_dim)
+    want = cudnn_output(shape, q, k, v)
+    flops = shape_flops(shape, "fwd")
+    row = {"shape": shape.label, "tflops": {s: {} for s in sides}, "wrong": {}}
+    runs = {}
+    for kernel in common:
+        for side in sides:
+            run, o = _runner(bundles[side], q, k, v, shape.causal, scale, kernel)
+            run()
+            torch.cuda.synchronize()
+            diff = (o.float() - want.float()).abs().max().item()
+            if not diff <= max_diff:  # NaN fails too
+                row["wrong"][f"{side}:{kernel}"] = diff
+            else:
+                runs[(side, kernel)] = run
+    for kernel in common:
+        ms = {}
+        for order in (sides, sides[::-1]):
+            for side in order:
+                if (side, kernel) in runs:
+                    ms.setdefault(side, []).append(timer.median_ms(runs[(side, kernel)]))
+        for side, times in ms.items():
+            row["tflops"][side][kernel] = flops / (sum(times) / len(times)) / 1e9
+    with backend("cudnn"):
+        timing = time_op("cudnn", "fwd", shape, tensors, timer)
+    row["cudnn"] = flops / timing["ms"] / 1e9 if "ms" in timing else None
+    return row
+
+
+def print_row(row, sides):
+    first = row["tflops"][sides[0]]
+    cells = []
+    for side in sides:
+        rates = row["tflops"][side]
+        best = max(rates.values(), default=None)
+        shared = [k for k in rates if k in first]
+        per_kernel = geomean([rates[k] / first[k] for k in shared]) if shared else None
+        cells.append(f"{side} {best or 0:4.0f} ({(best or 0) / max(first.values(), default=1):.3f}, "
+                     f"per-kernel {per_kernel or 0:.3f})")
+    cudnn = f"cuDNN {row['cudnn']:4.0f}" if row["cudnn"] else "cuDNN -"
+    wrong = f"  WRONG: {row['wrong']}" if row["wrong"] else ""
+    print(f"{row['shape']:<40} | {' | '.join(cells)} | {cudnn}{wrong}", flush=True)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--archive", type=_side, action="append", required=True,
+                    help="NAME=PATH, two or more; the first is the baseline")
+    ap.add_argument("--shapes", type=Path, action="append", required=True)
+    ap.add_argument("--kernel-filter", default="", help="only kernel names containing this")
+    ap.add_argument("--warmup", type=int, default=5)
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--max-diff", type=float, default=3e-2)
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args(argv)
+    if len(args.archive) < 2:
+        ap.error("give at least two --archive NAME=PATH")
+    sides = [name for name, _ in args.archive]
+    names = [{k: [n for n in v if args.kernel_filter in n] for k, v in _fwd_names(p).items()}
+             for _, p in args.archive]
+    timer = Timer(reps=args.reps, warmup=args.warmup)
+    bundles = {name: rt.Bundle(path) for name, path in args.archive}
+    rows = []
+    try:
+        for path in args.shapes:
+            for shape in load_shape_file(path):
+                if shape.seqlen_q == 1:
+                    continue
+                row = compare_shape(shape, sides, bundles, names, timer, args.max_diff)
+                if row is not None:
+                    rows.append(row)
+                    print_row(row, sides)
+                torch.cuda.empty_cache()
+    finally:
+        for b in bundles.values():
+            b.close()
+    for side in sides[1:]:
+        best = [max(r["tflops"][side].values()) / max(r["tflops"][sides[0]].values())
+                for r in rows if r["tflops"][side] and r["tflops"][sides[0]]]
+        if best:
+            print(f"# {side}/{sides[0]}, best kernel per shape: geomean {geomean(best):.3f}, "
+                  f"min {min(best):.3f}, max {max(best):.3f} over {len(best)} shapes")
+    if args.json:
+        args.json.write_text(json.dumps({"sides": dict((n, str(p)) for n, p in args.archive),
+                                         "rows": rows}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
