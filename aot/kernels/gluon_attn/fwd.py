@@ -12,8 +12,9 @@ tile's K/V and Q while the consumers finish the last one, and O leaves through i
 buffer, so a tile's epilogue overlaps the next tile's loads.
 
 The consumers ping-pong: a consumer issues its tensor-core work (QKᵀ of tile j, PV of tile
-j - 1) only while it holds the "turn", so its softmax runs while the other warpgroup's GEMMs
-occupy the tensor cores. Two schedules (the OVERLAP constexpr):
+j - 1) only while it holds the "turn" (a named hardware barrier per consumer, _take_turn and
+_pass_turn), so its softmax runs while the other warpgroup's GEMMs occupy the tensor cores. Two
+schedules (the OVERLAP constexpr):
     plain       wait for both GEMMs, then hand the turn over, then softmax(j)
     overlapped  hand the turn over once both are issued, wait for QKᵀ(j) only, run softmax(j)
                 while PV(j - 1) is still in flight, then wait for PV and rescale O
@@ -219,7 +220,8 @@ def _softmax(s, m_i, l_i, j, row0, Sk, qk_scale,
 # the other warpgroup's 128 threads have arrived there, and passes it with bar.arrive on the
 # other's, which does not wait: the passing warps go straight on to their softmax. (An
 # mbarrier.arrive would first bar.sync the passing warpgroup: Gluon lowers it to a warpgroup
-# barrier and one predicated arrive.) Triton's own partition barriers use ids 0-2 here.
+# barrier and one predicated arrive.) Triton's own partition barriers use ids 0-2 here, which
+# tests/cpu/test_gluon_family.py checks in every kernel's SASS.
 # --------------------------------------------------------------------------------------------
 TURN_BARRIER = gl.constexpr(14)  # consumer c's turn is barrier 14 + c
 
