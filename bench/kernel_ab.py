@@ -6,6 +6,9 @@ alike.
     PYTHONPATH=python python3 bench/kernel_ab.py --archive before=a.apk --archive after=b.apk \\
         --shapes bench/shapes.json --shapes bench/model_shapes.json --json ab.json
 
+The older side is built from a copy of aot/ that holds the older kernel source:
+`attnpack build --arch sm_90 --all --family gluon --kernels /tmp/old-aot/kernels -o old/`.
+
 Rows with one query (decode) are skipped: this compares prefill kernels. Before timing, each
 kernel's O is compared with cuDNN's; a kernel off by more than --max-diff is reported as wrong
 and not timed. Timing is attnpack.bench's (warm-up, L2 flush, CUDA events, median). Per shape,

@@ -60,14 +60,20 @@ def _progress(total: int, label: str):
 @click.option("--dtype", "dtypes", multiple=True, type=click.Choice(["fp16", "bf16"]),
               help="Only these dtypes.")
 @click.option("--head-dim", "head_dims", multiple=True, type=int, help="Only these head dims.")
+@click.option("--kernels", "kernels_dir", default=None,
+              type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="The family folders to build from (default: this checkout's aot/kernels); "
+                   "the tuning database is read from tuning_db/ beside it. For an A/B: the "
+                   "same kernel names built from a copy of aot/ holding an older kernel.")
 def build(archs, out_dir, all_variants, jobs, timeout, cache_dir, no_cache, families, ops,
-          dtypes, head_dims):
+          dtypes, head_dims, kernels_dir):
     """Compile kernel families into one archive per arch (no GPU needed).
 
     \b
     Example:
       attnpack build --arch sm_90 --arch gfx942 --arch gfx950 -o out/
       attnpack build --arch sm_90 --all -o tuning/        # every declared variant
+      attnpack build --arch sm_90 --all --family gluon --kernels /tmp/old-aot/kernels -o old/
     """
     from attnpack.builder import BuildError, BuildRequest, build_archives
     from attnpack.builder.build import default_cache_dir
@@ -75,7 +81,8 @@ def build(archs, out_dir, all_variants, jobs, timeout, cache_dir, no_cache, fami
     req = BuildRequest(archs=tuple(dict.fromkeys(archs)), out_dir=out_dir,
                        all_variants=all_variants, jobs=jobs, timeout=timeout,
                        cache_dir=None if no_cache else (cache_dir or default_cache_dir()),
-                       families=families, ops=ops, dtypes=dtypes, head_dims=head_dims)
+                       families=families, ops=ops, dtypes=dtypes, head_dims=head_dims,
+                       kernels_root=kernels_dir)
     start = time.monotonic()
     try:
         paths = build_archives(req, progress=_progress)

@@ -194,3 +194,31 @@ def test_selection_and_tuning_entries_must_serve_their_key(sm90, tmp_path):
         "toy/fwd/fp16-d32-causal/BLOCK16_warps1, whose key differs",
         "attnpack-0.1.0-sm_90.apk: tuning: entry bwd fp16 d32 full gqa1 sq128 sk128 points at "
         "toy/fwd/fp16-d32-full/BLOCK16_warps1, whose key differs"]
+
+
+def test_build_cli_builds_from_another_kernels_folder(toy_build, tmp_path):
+    """`attnpack build --kernels DIR` compiles DIR's families, the README's A/B recipe: the same
+    kernel names from a copy whose kernel source differs give different images. A folder that
+    is not there is refused by name before anything compiles."""
+    kernels = tmp_path / "aot" / "kernels"
+    shutil.copytree(toy_build.kernels_root, kernels)
+    source = kernels / "toy" / "kernels.py"
+    text = source.read_text()
+    assert text.count("* sm_scale)") == 1
+    source.write_text(text.replace("* sm_scale)", "* (sm_scale * 2.0))"))
+    out = tmp_path / "out"
+    args = ["build", "--arch", "sm_90", "--all", "--op", "fwd", "-j", "2",
+            "--cache-dir", str(tmp_path / "cache"), "-o", str(out)]
+    result = CliRunner().invoke(main, [*args, "--kernels", str(kernels)])
+    assert result.exit_code == 0, result.output
+    copy = read_archive(out / "attnpack-0.1.0-sm_90.apk")
+    shipped = read_archive(toy_build.out_dir / "attnpack-0.1.0-sm_90.apk")
+    names = [k["name"] for k in copy.kernels]
+    assert names and set(names) <= {k["name"] for k in shipped.kernels}
+    for name in names:
+        [mine] = copy.kernel(name)["steps"]
+        [theirs] = shipped.kernel(name)["steps"]
+        assert copy.image(mine["image"]) != shipped.image(theirs["image"]), name
+
+    missing = CliRunner().invoke(main, [*args, "--kernels", str(tmp_path / "no-such-kernels")])
+    assert missing.exit_code == 2 and "no-such-kernels" in missing.output
