@@ -5,14 +5,9 @@
 # every bf16 forward config on every prefill row of bench/shapes.json and bench/model_shapes.json,
 # against cuDNN in the same run. Then tests/gpu/test_gluon_attn.py on the nb tree, as time allows.
 cd "$(dirname "$0")/.."
-export ATTNPACK_COMMIT=${ATTNPACK_COMMIT:-unknown} PYTHONUNBUFFERED=1
-L=/tmp/logs; mkdir -p $L
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/attnpack-site .whl/*.whl
-export PYTHONPATH=/tmp/attnpack-site:$PWD/python
-MSG=$(python3 -c "import importlib.util as u, pathlib; print(pathlib.Path(u.find_spec('msgpack_cxx').origin).parent / 'include')")
-{ cmake -S . -B build-tune -G Ninja -DCMAKE_BUILD_TYPE=Release -DATTNPACK_TARGET_ARCHS=sm_90 \
-    -DATTNPACK_MSGPACK_INCLUDE_DIR=$MSG -DATTNPACK_BUILD_BUNDLE=OFF && cmake --build build-tune --target attnpack; } > $L/cmake.log 2>&1
-export ATTNPACK_RUNTIME_LIB=$PWD/build-tune/runtime/libattnpack.so
+export ATTNPACK_COMMIT=${ATTNPACK_COMMIT:-unknown}
+L=/tmp/logs
+. build_tools/runtime_env.sh $L
 B="build --arch sm_90 --all --family gluon --op fwd --dtype bf16 -j 5"
 for side in old kv; do
   rm -rf /tmp/ab_$side && mkdir /tmp/ab_$side && cp -r aot python /tmp/ab_$side/

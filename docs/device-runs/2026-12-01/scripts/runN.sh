@@ -4,15 +4,10 @@
 # `attnpack tune` of every prefill forward key of the database (bf16 first) with the new kernels,
 # merged into sm_90.jsonl on the machine.
 cd "$(dirname "$0")/.."
-export ATTNPACK_COMMIT=${ATTNPACK_COMMIT:-unknown} PYTHONUNBUFFERED=1
-L=/tmp/logs; mkdir -p $L
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/attnpack-site .whl/*.whl
-export PYTHONPATH=/tmp/attnpack-site:$PWD/python
-MSG=$(python3 -c "import importlib.util as u, pathlib; print(pathlib.Path(u.find_spec('msgpack_cxx').origin).parent / 'include')")
+export ATTNPACK_COMMIT=${ATTNPACK_COMMIT:-unknown}
+L=/tmp/logs
+. build_tools/runtime_env.sh $L
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > $L/gpu.txt
-{ cmake -S . -B build-tune -G Ninja -DCMAKE_BUILD_TYPE=Release -DATTNPACK_TARGET_ARCHS=sm_90 \
-    -DATTNPACK_MSGPACK_INCLUDE_DIR=$MSG -DATTNPACK_BUILD_BUNDLE=OFF && cmake --build build-tune --target attnpack; } > $L/cmake.log 2>&1
-export ATTNPACK_RUNTIME_LIB=$PWD/build-tune/runtime/libattnpack.so
 ( time python3 -m attnpack.cli build --arch sm_90 --all --family gluon --family triton --op fwd -o /tmp/t_fwd -j 9 ) > $L/build_tuning.log 2>&1 &
 B="build --arch sm_90 --all --family gluon --op fwd --dtype bf16 -j 3"
 rm -rf /tmp/ab_old && mkdir /tmp/ab_old && cp -r aot python /tmp/ab_old/

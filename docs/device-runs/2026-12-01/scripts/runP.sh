@@ -4,14 +4,9 @@
 # this tree (hyb), then tests/gpu/test_gluon_attn.py on this tree, then `attnpack tune` of the
 # prefill forward keys whose best plain config was within 6 % of the winner, merged on the machine.
 cd "$(dirname "$0")/.."
-export ATTNPACK_COMMIT=${ATTNPACK_COMMIT:-unknown} PYTHONUNBUFFERED=1
-L=/tmp/logs; mkdir -p $L
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/attnpack-site .whl/*.whl
-export PYTHONPATH=/tmp/attnpack-site:$PWD/python
-MSG=$(python3 -c "import importlib.util as u, pathlib; print(pathlib.Path(u.find_spec('msgpack_cxx').origin).parent / 'include')")
-{ cmake -S . -B build-tune -G Ninja -DCMAKE_BUILD_TYPE=Release -DATTNPACK_TARGET_ARCHS=sm_90 \
-    -DATTNPACK_MSGPACK_INCLUDE_DIR=$MSG -DATTNPACK_BUILD_BUNDLE=OFF && cmake --build build-tune --target attnpack; } > $L/cmake.log 2>&1
-export ATTNPACK_RUNTIME_LIB=$PWD/build-tune/runtime/libattnpack.so
+export ATTNPACK_COMMIT=${ATTNPACK_COMMIT:-unknown}
+L=/tmp/logs
+. build_tools/runtime_env.sh $L
 ( python3 -m attnpack.cli build --arch sm_90 --all --family gluon --family triton --op fwd -o /tmp/t_fwd -j 8 ) > $L/build_tuning.log 2>&1 &
 B="build --arch sm_90 --all --family gluon --op fwd --dtype bf16 --head-dim 128 -j 4"
 rm -rf /tmp/ab_cur && mkdir /tmp/ab_cur && cp -r aot python /tmp/ab_cur/
