@@ -104,8 +104,8 @@ def print_row(row, sides):
         best = max(rates.values(), default=None)
         shared = [k for k in rates if k in first]
         per_kernel = geomean([rates[k] / first[k] for k in shared]) if shared else None
-        cells.append(f"{side} {best or 0:4.0f} ({(best or 0) / max(first.values(), default=1):.3f}, "
-                     f"per-kernel {per_kernel or 0:.3f})")
+        over_first = (best or 0) / max(first.values(), default=1)
+        cells.append(f"{side} {best or 0:4.0f} ({over_first:.3f}, per-kernel {per_kernel or 0:.3f})")
     cudnn = f"cuDNN {row['cudnn']:4.0f}" if row["cudnn"] else "cuDNN -"
     wrong = f"  WRONG: {row['wrong']}" if row["wrong"] else ""
     print(f"{row['shape']:<40} | {' | '.join(cells)} | {cudnn}{wrong}", flush=True)

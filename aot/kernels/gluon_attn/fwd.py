@@ -412,7 +412,8 @@ def _consume_tile(o_desc, lse_ptr, smem, bars, tile, row_blocks, count, it, Hq, 
     mbarrier.wait(bars.q_ready.index(CONSUMER), it & 1)
     q = smem.q.index(CONSUMER).reshape([BLOCK_M, HEAD_DIM])
     acc, m_i, l_i = _attend(q, smem, bars, count, n_tiles, row0, Sk, sm_scale,
-                            s_layout, o_layout, p_layout, CONSUMER, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP)
+                            s_layout, o_layout, p_layout,
+                            CONSUMER, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP)
     _epilogue(acc, m_i, l_i, o_desc, smem.o.index(CONSUMER), lse_ptr, b, h, row0, Hq, Sq,
               sm_scale, s_layout, o_layout, BLOCK_M, HEAD_DIM)
     return n_tiles
