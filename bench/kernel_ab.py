@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).parent))
+from gluon_family import runtime_fwd  # noqa: E402
 from triton_family import cudnn_output  # noqa: E402
 
 from attnpack import runtime as rt  # noqa: E402
@@ -54,13 +55,6 @@ def _fwd_names(path: Path) -> dict[tuple, list[str]]:
     return names
 
 
-def _runner(bundle, q, k, v, causal, scale, kernel):
-    o = torch.empty_like(q)
-    lse = torch.empty(q.shape[:3], device=q.device, dtype=torch.float32)
-    return (lambda: rt.forward(bundle, q, k, v, causal=causal, scale=scale, out=o, lse=lse,
-                               kernel=kernel)), o
-
-
 def compare_shape(shape, sides, bundles, names, timer: Timer, max_diff: float) -> dict | None:
     key = (shape.dtype, shape.head_dim, shape.causal)
     common = sorted(set.intersection(*(set(n.get(key, ())) for n in names)))
@@ -74,7 +68,7 @@ def compare_shape(shape, sides, bundles, names, timer: Timer, max_diff: float) -
     runs = {}
     for kernel in common:
         for side in sides:
-            run, o = _runner(bundles[side], q, k, v, shape.causal, scale, kernel)
+            run, o = runtime_fwd(bundles[side], q, k, v, shape.causal, scale, kernel)
             run()
             torch.cuda.synchronize()
             diff = (o.float() - want.float()).abs().max().item()
