@@ -98,11 +98,15 @@ TENSORMAP_OOB_FILLS = ("zero", "nan")
 # "workspace" and "tensormap" words are the kernel's own names, not vocabulary words.
 SOURCES = ("tensor", "lse", "workspace", "stride", "size", "head_dim", "sm_scale",
            "sm_scale_log2", "global_scratch", "profile_scratch", "tensor_map", "gqa_group",
-           "lse_stride", "constant")
+           "lse_stride", "constant", "workspace_stride")
 # bytes: the value times the element size (the problem's dtype; 4 for lse's float32)
 TRANSFORMS = ("none", "bytes")
 # Sources whose value is an integer: they may be scaled (`<word>*<n>`) and be requirement words.
 INTEGER_SOURCES = ("stride", "size", "head_dim", "gqa_group", "lse_stride")
+# Format 2.4: `<workspace>_stride_<b|h|s|d>`, the element stride of a workspace buffer's
+# first, second, ... dim (contiguous float32), so a tensor map may view a workspace buffer
+# (Triton passes the viewed buffer's shape and strides after the descriptor). Like workspace
+# names, these are the kernel's own words, not vocabulary rows.
 CONSTANT_PREFIX = "const:"
 
 
@@ -220,12 +224,24 @@ def parse(name: str) -> ParsedWord:
     return ParsedWord(name, word(name))  # raises, naming the vocabulary
 
 
+def workspace_stride(name: str, workspace_names: tuple[str, ...]) -> tuple[str, int] | None:
+    """(buffer, dim) of a `<workspace>_stride_<axis>` word, axis b, h, s, d naming dims 0..3;
+    None for any other word."""
+    buffer, sep, axis = name.rpartition("_stride_")
+    if sep and buffer in workspace_names and axis in AXES:
+        return buffer, AXES.index(axis)
+    return None
+
+
 def param_types(name: str, workspace_names: tuple[str, ...] = ()) -> tuple[str, ...]:
-    """The wire types a parameter word may be passed as (workspace buffers are pointers)."""
+    """The wire types a parameter word may be passed as (workspace buffers are pointers, their
+    strides integers)."""
     if name in VOCABULARY:
         return VOCABULARY[name].wires
     if name in workspace_names:
         return ("ptr",)
+    if workspace_stride(name, workspace_names):
+        return ("i64", "i32")
     return parse(name).wires  # raises, naming the vocabulary
 
 
@@ -302,13 +318,24 @@ def tensor_shape_words(tensor: str) -> tuple[str, str, str, str]:
     return ("B", "Hkv" if kv else "Hq", "Sk" if kv else "Sq", HEAD_DIM)
 
 
-def tensormap_params(param: str, tensor: str) -> list[tuple[str, str]]:
+def tensormap_params(param: str, tensor: str,
+                     workspace_shape: tuple[str, ...] | None = None) -> list[tuple[str, str]]:
     """(word, wire type) of what a compiled kernel takes for one host tensor descriptor: the
     128-byte CUtensorMap, then the tensor's shape (i32 each) and strides (i64 each), outermost
     first. That is Triton 3.6's expansion (backends/nvidia/driver.py, make_launcher and
-    make_tensordesc_arg) of a `tensordesc<...>` argument lowered to a TMA descriptor."""
-    return ([(param, "tensormap")] + [(w, "i32") for w in tensor_shape_words(tensor)]
-            + [(stride_name(tensor, a), "i64") for a in AXES])
+    make_tensordesc_arg) of a `tensordesc<...>` argument lowered to a TMA descriptor. A
+    workspace buffer (format 2.4) passes its `workspace_shape` words, which must be plain size
+    words or D, and its `<buffer>_stride_<axis>` words."""
+    if workspace_shape is None:
+        shape, axes = tensor_shape_words(tensor), AXES
+    else:
+        if len(workspace_shape) > len(AXES) or \
+                any(workspace_extent(w)[1] != 1 for w in workspace_shape):
+            raise ValueError(f"a tensor map views workspace {tensor} {list(workspace_shape)}: "
+                             f"at most {len(AXES)} extents, each a size word or D")
+        shape, axes = workspace_shape, AXES[:len(workspace_shape)]
+    return ([(param, "tensormap")] + [(w, "i32") for w in shape]
+            + [(stride_name(tensor, a), "i64") for a in axes])
 
 
 def triton_type(name: str, dtype: str, workspace_names: tuple[str, ...] = ()) -> str:

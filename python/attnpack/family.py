@@ -50,7 +50,9 @@ class TensorMap:
     what Triton's launcher would.
     """
     name: str                        # the parameter word, e.g. "q_desc"
-    tensor: str                      # an element tensor of attnpack.abi.TENSORS, viewed [b, h, s, d]
+    tensor: str                      # an element tensor of attnpack.abi.TENSORS, viewed [b, h, s, d],
+                                     # or (format 2.4) a workspace buffer of the variant
+
     block: tuple[int, ...]           # box per axis, outermost first: (1, 1, rows, head_dim)
     layout: Any                      # the shared layout (gluon NVMMASharedLayout) tiles land in
     l2_promotion: int = 128          # bytes; Triton's launcher always asks for 128
@@ -190,14 +192,22 @@ class FamilySpec:
                     abi.workspace_extent(extent)
                 except ValueError as e:
                     raise KeyError(f"{self.name}: workspace {w.name}: {e}") from None
+        shapes = {w.name: tuple(w.shape) for w in workspace}
         for step in steps:
             for m in step.tensormaps:
-                if m.tensor not in abi.TENSORS:
-                    raise KeyError(f"{self.name}: tensor map {m.name} views '{m.tensor}'; only "
-                                   f"element tensors {abi.TENSORS} have descriptor words")
-                if len(m.block) != 4 or not all(1 <= e <= 256 for e in m.block):
+                if m.tensor not in abi.TENSORS and m.tensor not in shapes:
+                    raise KeyError(f"{self.name}: tensor map {m.name} views '{m.tensor}', which "
+                                   f"is neither an element tensor {abi.TENSORS} nor a workspace "
+                                   f"buffer of the variant {ws_names}")
+                rank = len(shapes.get(m.tensor, abi.AXES))
+                if m.tensor in shapes:
+                    try:
+                        abi.tensormap_params(m.name, m.tensor, shapes[m.tensor])
+                    except ValueError as e:
+                        raise ValueError(f"{self.name}: {e}") from None
+                if len(m.block) != rank or not all(1 <= e <= 256 for e in m.block):
                     raise ValueError(f"{self.name}: tensor map {m.name} box {m.block} is not "
-                                     "4 extents (b, h, s, d) of 1..256")
+                                     f"{rank} extents (one per dim of {m.tensor}) of 1..256")
                 if m.swizzle not in abi.TENSORMAP_SWIZZLES or \
                         m.l2_promotion not in abi.TENSORMAP_L2_PROMOTIONS or \
                         m.oob_fill not in abi.TENSORMAP_OOB_FILLS:

@@ -158,12 +158,31 @@ bool parse_constant(std::string_view text, ParamSlot& slot, uint8_t& wires) {
   return true;
 }
 
+// (2.4) A word "<workspace>_stride_<b|h|s|d>": the element stride of the buffer's dim 0..3,
+// contiguous float32, kept as the extents of the dims after it (abi.workspace_stride).
+bool resolve_workspace_stride(const std::string& word, const KernelRecord& kernel,
+                              const KernelPlan& kernel_plan, ParamSlot& slot) {
+  constexpr std::string_view kStride = "_stride_";
+  const size_t at = word.rfind(kStride);
+  if (at == std::string::npos || at + kStride.size() + 1 != word.size()) return false;
+  const int buffer = find_workspace(kernel, word.substr(0, at));
+  const size_t dim = std::string_view("bhsd").find(word.back());
+  if (buffer < 0 || dim == std::string_view::npos) return false;
+  const std::vector<WorkspaceExtent>& shape = kernel_plan.workspace_shapes[buffer];
+  if (dim >= shape.size()) return false;
+  slot.source = ParamSource::WorkspaceStride;
+  slot.index = uint8_t(buffer);
+  slot.axis = uint8_t(dim);
+  slot.inner.assign(shape.begin() + dim + 1, shape.end());
+  return true;
+}
+
 // Resolves one parameter word to its source; `wires` gets the wire types it may take.
 // Returns false for a word this runtime does not know. Precedence: the vocabulary (element
 // tensors and lse cannot be shadowed), its parametric forms const:<literal> and <word>*<n>
-// (abi.parse), then the kernel's workspace buffers, then its tensor maps.
-bool resolve_word(const std::string& word, const KernelRecord& kernel, const StepRecord& step,
-                  ParamSlot& slot, uint8_t& wires) {
+// (abi.parse), then the kernel's workspace buffers and their strides, then its tensor maps.
+bool resolve_word(const std::string& word, const KernelRecord& kernel, const KernelPlan& kernel_plan,
+                  const StepRecord& step, ParamSlot& slot, uint8_t& wires) {
   if (const VocabularyWord* fixed = find_fixed(word)) {
     slot.source = fixed->source;
     slot.index = fixed->index;
@@ -198,6 +217,10 @@ bool resolve_word(const std::string& word, const KernelRecord& kernel, const Ste
     slot.source = ParamSource::Workspace;
     slot.index = uint8_t(workspace);
     wires = kWirePtr;
+    return true;
+  }
+  if (resolve_workspace_stride(word, kernel, kernel_plan, slot)) {
+    wires = kWireI64 | kWireI32;
     return true;
   }
   for (size_t m = 0; m < step.tensormaps.size(); ++m) {
@@ -301,7 +324,7 @@ std::string plan_params(const KernelRecord& kernel, const StepRecord& step, Kern
     ParamSlot slot;
     slot.word = &param.word;
     uint8_t wires = 0;
-    if (!resolve_word(param.word, kernel, step, slot, wires)) {
+    if (!resolve_word(param.word, kernel, kernel_plan, step, slot, wires)) {
       return "parameter word '" + param.word + "' is not in this runtime's vocabulary — update the runtime";
     }
     const TypeInfo* declared = type_named(param.type);
@@ -413,6 +436,7 @@ bool is_integer_source(ParamSource source) {
   switch (source) {
     case ParamSource::Stride:
     case ParamSource::LseStride:
+    case ParamSource::WorkspaceStride:
     case ParamSource::Size:
     case ParamSource::HeadDim:
     case ParamSource::GqaGroup:
@@ -434,6 +458,12 @@ bool integer_value(const ParamSlot& slot, const Problem& problem, int64_t& value
       element_bytes = 4;
       break;
     }
+    case ParamSource::WorkspaceStride:
+      base = 1;
+      for (WorkspaceExtent extent : slot.inner) {
+        if (__builtin_mul_overflow(base, workspace_extent(problem, extent), &base)) return false;
+      }
+      break;
     case ParamSource::Size: base = problem.sizes[slot.index]; break;
     case ParamSource::HeadDim: base = problem.head_dim; break;
     case ParamSource::GqaGroup: base = fact_value(Fact::GqaGroup, problem); break;
@@ -750,6 +780,7 @@ void pack_arguments(const StepPlan& step, const KernelPlan& plan, const Problem&
         [[fallthrough]];
       case ParamSource::Stride:
       case ParamSource::LseStride:
+      case ParamSource::WorkspaceStride:
       case ParamSource::HeadDim:
       case ParamSource::GqaGroup:
       case ParamSource::Size: {

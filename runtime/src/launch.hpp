@@ -33,11 +33,26 @@ enum class ParamSource : uint8_t {
   GqaGroup,        // Hq_per_Hkv: Hq / Hkv
   LseStride,       // lse_stride_<b|h|s>[_bytes] of the contiguous float32 lse [B, Hq, Sq]
   Constant,        // const:<literal>, parsed from the word (not a vocabulary row)
+  WorkspaceStride, // (2.4) <workspace>_stride_<b|h|s|d>: element stride of a workspace buffer's
+                   // dim 0..3, the kernel's own word (contiguous float32)
 };
 
 // A value transform of the vocabulary (abi.TRANSFORMS): Bytes multiplies by the element size
 // (the problem's dtype; 4 for lse).
 enum class Transform : uint8_t { None, Bytes };
+
+// A workspace extent: a size, or the head dim ("D": an fp32 dQ accumulator [B, Hq, Sq, D]),
+// which takes the first id past the size words (no grid factor uses it); format 2.2's
+// "<size>/<n>" divides, rounding up as grid factors do ("Sk/256": one per 256-key program).
+constexpr SizeId kWorkspaceHeadDim = SizeId(kNumSizeWords);
+struct WorkspaceExtent {
+  SizeId size = kB;
+  int64_t divisor = 1;
+};
+inline int64_t workspace_extent(const Problem& problem, WorkspaceExtent extent) {
+  const int64_t value = extent.size == kWorkspaceHeadDim ? int64_t(problem.head_dim) : problem.sizes[extent.size];
+  return (value + extent.divisor - 1) / extent.divisor;
+}
 
 struct ParamSlot {
   const std::string* word = nullptr;
@@ -52,6 +67,7 @@ struct ParamSlot {
   int64_t constant = 0;             // const:<integer>
   double real_constant = 0;         // const:<decimal> (f32 only)
   bool constant_is_real = false;
+  std::vector<WorkspaceExtent> inner;  // WorkspaceStride: the extents of the dims after it
 };
 
 // Whether a parameter's value is an integer computed from the problem (or a constant).
@@ -96,19 +112,6 @@ struct StepPlan {
   std::vector<TensorMapPlan> tensormaps;
   bool grid_uses_num_sms = false;
 };
-
-// A workspace extent: a size, or the head dim ("D": an fp32 dQ accumulator [B, Hq, Sq, D]),
-// which takes the first id past the size words (no grid factor uses it); format 2.2's
-// "<size>/<n>" divides, rounding up as grid factors do ("Sk/256": one per 256-key program).
-constexpr SizeId kWorkspaceHeadDim = SizeId(kNumSizeWords);
-struct WorkspaceExtent {
-  SizeId size = kB;
-  int64_t divisor = 1;
-};
-inline int64_t workspace_extent(const Problem& problem, WorkspaceExtent extent) {
-  const int64_t value = extent.size == kWorkspaceHeadDim ? int64_t(problem.head_dim) : problem.sizes[extent.size];
-  return (value + extent.divisor - 1) / extent.divisor;
-}
 
 struct KernelPlan {
   const KernelRecord* record = nullptr;

@@ -15,9 +15,19 @@ std::string stride_word(int tensor, int axis) {
 }
 
 // Checks the tensors a tensor map views: the driver needs 16-byte aligned addresses and
-// row pitches that are multiples of 16 bytes.
-std::string tensormap_mismatch(const TensorMapPlan& map, const Problem& problem) {
-  if (map.buffer.kind != BufferRef::Tensor) return "";  // fp32 buffers: checked by the caller
+// row pitches that are multiples of 16 bytes. Workspace buffers are placed 256-byte aligned
+// and contiguous: their pitches are products of their inner extents, times 4 bytes.
+std::string tensormap_mismatch(const TensorMapPlan& map, const KernelPlan& plan, const Problem& problem) {
+  if (map.buffer.kind == BufferRef::Workspace) {
+    const std::vector<WorkspaceExtent>& shape = plan.workspace_shapes[map.buffer.index];
+    if (!shape.empty() && workspace_extent(problem, shape.back()) * 4 % 16 != 0) {
+      return "workspace " + plan.record->workspace[map.buffer.index].name + "'s rows are " +
+             std::to_string(workspace_extent(problem, shape.back()) * 4) +
+             " bytes, not a multiple of 16 (tensor map " + map.record->param + ")";
+    }
+    return "";
+  }
+  if (map.buffer.kind != BufferRef::Tensor) return "";  // lse: checked by the caller
   const int t = map.buffer.index;
   const TensorView& view = problem.tensors[t];
   const uint64_t element_bytes = dtype_bytes(problem.dtype);
@@ -248,7 +258,7 @@ std::string Selector::layout_mismatch(const KernelPlan& plan, const Problem& pro
       }
     }
     for (const TensorMapPlan& map : step.tensormaps) {
-      std::string mismatch = tensormap_mismatch(map, problem);
+      std::string mismatch = tensormap_mismatch(map, plan, problem);
       if (!mismatch.empty()) return mismatch;
     }
   }

@@ -22,7 +22,15 @@ from test_runtime_fixtures import param_offsets
 
 SHARED_MEMORY_LIMIT = 227 * 1024
 FAST = "gluon/bwd/bf16-d128-causal/M64_stages2_det0"
+TMA = "gluon/bwd/bf16-d128-causal/M64_stages2_det0_tma1"
 DET = "gluon/bwd/bf16-d128-causal/M64_stages2_det1_qN64"
+CONFIGS_PER_KEY = 8    # family.BWD_CONFIGS
+# The TMA-reduce dK/dV kernel at causal head dim 128 spills a few loop-invariant registers
+# (ptxas: 16-24 bytes, 240 registers a thread being the ceiling of two consumer warpgroups):
+# stored before the tile loop, reloaded after it (at 3 stages one reload a tile). It still
+# measured the fastest det0 kernel at those keys (docs/gluon-bwd.md), so it is declared; the
+# bound keeps any larger spill, or a spill anywhere else, a failure.
+SPILL_ALLOWED = {"attn_bwd_dkdv_dq_tma": 32}
 
 
 @pytest.fixture(scope="module")
@@ -41,10 +49,12 @@ def declared():
 
 def test_every_declared_variant_builds_and_verifies(bwd_archive):
     ar, problems, warnings = verify_archive(bwd_archive)
-    assert problems == [] and warnings == []   # a stack frame (spill) would be a warning
-    # 6 configs x (fp16, bf16) x (64, 128) x (full, causal)
+    # a stack frame (spill) is a warning: only the allowed ones (test_no_spills_...) appear
+    assert problems == []
+    assert all("stack frame" in w and any(f"({s})" in w for s in SPILL_ALLOWED) for w in warnings)
+    # 8 configs x (fp16, bf16) x (64, 128) x (full, causal)
     assert sorted(k["name"] for k in ar.kernels) == sorted(v.name for v in declared())
-    assert len(ar.kernels) == 48
+    assert len(ar.kernels) == 8 * CONFIGS_PER_KEY
 
 
 def test_no_spills_and_shared_memory_fits(bwd_archive):
@@ -54,14 +64,18 @@ def test_no_spills_and_shared_memory_fits(bwd_archive):
         for step in kernel["steps"]:
             facts = kernel_facts(ar.image(step["image"]), step["symbol"])
             where = f"{kernel['name']} {step['name']}"
-            assert facts.resources.get("stack_bytes", 0) == 0, where
-            assert facts.resources.get("local_bytes", 0) == 0, where
+            allowed = 0
+            if step["symbol"] in SPILL_ALLOWED and kernel["key"]["causal"] \
+                    and kernel["key"]["head_dim"] == 128:
+                allowed = SPILL_ALLOWED[step["symbol"]]
+            assert facts.resources.get("stack_bytes", 0) <= allowed, where
+            assert facts.resources.get("local_bytes", 0) <= allowed, where
             assert step["shared"] <= SHARED_MEMORY_LIMIT, where
             # the warp-specialized kernels: 2 consumer warpgroups + a load warp (padded to 4)
             warps = 12 if step["name"] in ("bwd_dkdv", "bwd_dq") else 4
             assert step["block"] == [32 * warps, 1, 1], where
             seen += 1
-    assert seen == 144
+    assert seen == 3 * 8 * CONFIGS_PER_KEY
 
 
 def test_steps_and_workspace_per_variant(bwd_archive):
@@ -82,19 +96,32 @@ def test_steps_and_workspace_per_variant(bwd_archive):
                                                                     "do_desc"]
     assert [m["param"] for m in det["steps"][2]["tensormaps"]] == ["q_desc", "k_desc", "v_desc",
                                                                    "do_desc", "dq_desc"]
+    # the TMA-reduce variant: the same steps and workspace; its dK/dV kernel views the
+    # accumulator through a tensor map of [M, D/2] fp32 boxes (two 32-column boxes each)
+    tma = ar.kernel(TMA)
+    assert [s["name"] for s in tma["steps"]] == [s["name"] for s in fast["steps"]]
+    assert tma["workspace"] == fast["workspace"]
+    [acc_map] = [m for m in tma["steps"][1]["tensormaps"] if m["tensor"] == "dq_accum"]
+    assert acc_map == {"param": "dq_desc", "tensor": "dq_accum", "box": [1, 1, 64, 32],
+                       "swizzle": 128, "l2_promotion": 128, "oob_fill": "zero"}
+    assert [p[:2] for p in tma["steps"][1]["params"]
+            if p[0].startswith("dq_accum_stride_")] == [[f"dq_accum_stride_{a}", "i64"]
+                                                       for a in "bhsd"]
 
 
 def test_determinism_is_declared_by_the_family():
     assert {v.config_tag: v.deterministic for v in declared()
             if v.key.tag == "bf16-d128-causal"} == {
-        "M64_stages2_det0": False, "M64_stages3_det0": False, "M64_stages2_det1_qN64": True,
+        "M64_stages2_det0": False, "M64_stages3_det0": False,
+        "M64_stages2_det0_tma1": False, "M64_stages3_det0_tma1": False, "M64_stages2_det1_qN64": True,
         "M64_stages3_det1_qN64": True, "M64_stages2_det1_qN128": True,
         "M64_stages3_det1_qN128_qS2": True}
 
 
 def test_recorded_launch_carves_the_dq_accumulator(bwd_archive):
     """B=2, Hq=8, Hkv=2, Sq=1000, Sk=300, D=128: Δ (B·Hq·Sq floats) then, 256-byte aligned, the
-    accumulator (B·Hq·Sq·D floats); preprocess and dK/dV get its address, the convert too."""
+    accumulator (B·Hq·Sq·D floats); preprocess and dK/dV get its address, the convert too, and
+    the TMA variant's dK/dV a tensor map over it."""
     B, Hq, Hkv, Sq, Sk, D = 2, 8, 2, 1000, 300, 128
     ptrs = {t: 0x7f0000000000 + (i << 28) for i, t in
             enumerate(("q", "k", "v", "o", "do", "dq", "dk", "dv", "lse"))}
@@ -103,15 +130,16 @@ def test_recorded_launch_carves_the_dq_accumulator(bwd_archive):
     acc_offset = -(-delta_bytes // 256) * 256
     ar = read_archive(bwd_archive)
     with rt.Bundle(bwd_archive, recording=True) as bundle:
-        for name in (FAST, DET):
+        for name in (FAST, DET, TMA):
             prob = rt.make_problem("bwd", "bf16", B=B, Hq=Hq, Hkv=Hkv, Sq=Sq, Sk=Sk, D=D,
                                    causal=True, pointers=ptrs, kernel=name)
             size = bundle.workspace_size(prob)
-            assert size == (acc_offset + 4 * B * Hq * Sq * D if name == FAST else delta_bytes)
+            assert size == (delta_bytes if name == DET else acc_offset + 4 * B * Hq * Sq * D)
             bundle.backward(prob, workspace=base, workspace_size=size)
         launches = bundle.recorded_launches()["launches"]
-    assert len(launches) == 6
-    for launch, step in zip(launches, ar.kernel(FAST)["steps"] + ar.kernel(DET)["steps"]):
+    assert len(launches) == 9
+    steps = ar.kernel(FAST)["steps"] + ar.kernel(DET)["steps"] + ar.kernel(TMA)["steps"]
+    for launch, step in zip(launches, steps):
         types = [p[1] for p in step["params"]]
         args = bytes.fromhex(launch["args"])
         at = dict(zip((p[0] for p in step["params"]), param_offsets(types)))
@@ -120,8 +148,12 @@ def test_recorded_launch_carves_the_dq_accumulator(bwd_archive):
             assert read("delta") == base
         if "dq_accum" in at:
             assert read("dq_accum") == base + acc_offset
+    acc_map = launches[7]["tensormaps"][-1]
+    assert (acc_map["data_type"], acc_map["address"], acc_map["dims"], acc_map["box"]) == \
+        (7, base + acc_offset, [D, Sq, Hq, B], [32, 64, 1, 1])
     grids = [launch["grid"] for launch in launches]
-    assert grids == [[math.ceil(Sq / 64), B * Hq, 1], [math.ceil(Sk / 128), B * Hkv, 1],
-                     [math.ceil(Sq / 64), B * Hq, 1],
-                     [math.ceil(Sq / 64), B * Hq, 1], [math.ceil(Sk / 128), B * Hkv, 1],
-                     [math.ceil(Sq / 128), B * Hq, 1]]
+    fast_grids = [[math.ceil(Sq / 64), B * Hq, 1], [math.ceil(Sk / 128), B * Hkv, 1],
+                  [math.ceil(Sq / 64), B * Hq, 1]]
+    assert grids == fast_grids + [[math.ceil(Sq / 64), B * Hq, 1],
+                                  [math.ceil(Sk / 128), B * Hkv, 1],
+                                  [math.ceil(Sq / 128), B * Hq, 1]] + fast_grids

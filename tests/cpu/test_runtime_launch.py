@@ -312,6 +312,66 @@ def test_host_tensor_maps_are_encoded_from_the_problem(tmp_path):
     assert len(args) == spec["kernarg_size"] and len(args) % 8 == 0
 
 
+def _workspace_map_kernel(tmp_path, shape=("B", "Hq", "Sq", "D"), box=(1, 1, 64, 32),
+                          rename=None):
+    """A kernel whose tensor map views its workspace buffer `acc` (format 2.4), followed by
+    Triton's expansion: the buffer's shape words and its `acc_stride_<axis>` words. `rename`
+    (old, new) swaps one word of the spec for another."""
+    maps = [{"param": "acc_desc", "tensor": "acc", "box": list(box), "swizzle": 128,
+             "l2_promotion": 128, "oob_fill": "zero"}]
+    words = [w for w, _ in abi.tensormap_params("acc_desc", "acc", shape)] + FWD_WORDS
+    s = step("fwd", 0, words, PER_Q_TILE, tensormaps=maps, workspace=["acc"])
+    if rename:
+        s["params"] = [[rename[1], *p[1:]] if p[0] == rename[0] else p for p in s["params"]]
+    k = dict(kernel("synth", "fwd", "bf16", 64, False, [s]),
+             workspace=[{"name": "acc", "shape": list(shape)}])
+    return write_synthetic(tmp_path / "ws_tma.apk", [k]), s
+
+
+def test_a_tensor_map_may_view_a_workspace_buffer(tmp_path):
+    path, spec = _workspace_map_kernel(tmp_path)
+    B, Hq, Sq, D = 2, 4, 300, 64
+    base, size = 0x7e0000000000, 4 * B * Hq * Sq * D
+    prob = _fwd_problem()
+    with rt.Bundle(path, recording=True) as bundle:
+        assert bundle.workspace_size(prob) == size
+        bundle.forward(prob, workspace=base, workspace_size=size)
+        [launch] = recorded(bundle)
+    [acc_map] = launch["tensormaps"]
+    assert acc_map == {"data_type": 7, "rank": 4, "address": base, "dims": [D, Sq, Hq, B],
+                       "strides": [D * 4, Sq * D * 4, Hq * Sq * D * 4],  # bytes, dims 1..3
+                       "box": [32, 64, 1, 1], "element_strides": [1, 1, 1, 1], "interleave": 0,
+                       "swizzle": 3, "l2_promotion": 2, "oob_fill": 0}
+    # Triton's expansion after the descriptor: the shape, then the element strides
+    args, types = bytes.fromhex(launch["args"]), [p[1] for p in spec["params"]]
+    at = dict(zip((p[0] for p in spec["params"]), param_offsets(types)))
+    read = lambda word, fmt: struct.unpack_from(fmt, args, at[word])[0]
+    assert [read(w, "<i") for w in ("B", "Hq", "Sq", "D")] == [B, Hq, Sq, D]
+    assert [read(f"acc_stride_{a}", "<q") for a in "bhsd"] == [Hq * Sq * D, Sq * D, D, 1]
+
+
+def test_workspace_stride_words_name_a_dim_of_a_workspace_buffer(tmp_path):
+    path, _ = _workspace_map_kernel(tmp_path, rename=("acc_stride_d", "acc_stride_x"))
+    with rt.Bundle(path, recording=True) as bundle:
+        message = expect_error(S.BAD_LAUNCH_SPEC, bundle.select, _fwd_problem())
+    assert message.endswith("step fwd parameter word 'acc_stride_x' is not in this runtime's "
+                            "vocabulary — update the runtime")
+    assert abi.workspace_stride("acc_stride_s", ("acc",)) == ("acc", 2)
+    assert abi.workspace_stride("acc_stride_s", ()) is None
+    assert abi.param_types("acc_stride_h", ("acc",)) == ("i64", "i32")
+    with pytest.raises(ValueError, match="each a size word or D"):
+        abi.tensormap_params("acc_desc", "acc", ("B", "Sk/256"))
+
+
+def test_a_workspace_tensor_map_needs_16_byte_rows(tmp_path):
+    path, _ = _workspace_map_kernel(tmp_path, shape=("B", "Hq", "Sq", "Hkv"), box=(1, 1, 64, 2))
+    with rt.Bundle(path, recording=True) as bundle:
+        # Hkv = 2: 8-byte rows
+        assert expect_error(S.UNSUPPORTED, bundle.forward, _fwd_problem(), workspace=0x7e0000000000,
+                            workspace_size=1 << 20) == \
+            "workspace acc's rows are 8 bytes, not a multiple of 16 (tensor map acc_desc)"
+
+
 def test_tensor_map_pitches_must_be_multiples_of_16_bytes(tmp_path):
     path, _ = _tensormap_kernel(tmp_path)
     prob = _fwd_problem(strides={"q": (300 * 4 * 64, 300 * 64, 36, 1)})

@@ -31,7 +31,8 @@ neither touches shared memory. Only dQ = dS·K needs both consumers' dSᵀ, so e
 half into a double-buffered shared tile and the pair meets on an mbarrier; then each consumer
 computes half of dQ's columns (head dim 128) or the whole of it on alternate tiles (head dim
 64, whose 64-column rows cannot be split inside one 128-byte swizzle atom), and adds it to the
-fp32 accumulator with relaxed atomics.
+fp32 accumulator: with relaxed atomics from registers, or (DQ_TMA) staged in shared memory and
+added by one TMA reduce-add, which the consumer does not wait for.
 
 dQ kernel (deterministic variant), one program per 128 query rows, shaped like the forward:
 a load warp streams K/V tiles through a ring; each consumer owns 64 query rows, recomputes
@@ -43,8 +44,10 @@ tiles that cross the causal diagonal, or hold keys past Sk, are masked. Causal i
 the forward's: key k is visible to query q iff k <= q. A key block's programs skip the query
 tiles above its diagonal; a query block's programs stop at its last visible key tile.
 """
+from triton._C.libtriton import ir
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language._core import builtin
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma,
                                                               warpgroup_mma, warpgroup_mma_init,
                                                               warpgroup_mma_wait)
@@ -52,12 +55,34 @@ from triton.language.core import _aggregate as aggregate
 
 LOG2E = gl.constexpr(1.4426950408889634)  # the forward's LSE is natural-log; P uses exp2
 HALF_N = gl.constexpr(64)                  # keys per dK/dV consumer (one m64 wgmma row block)
+# How the dK/dV kernel delivers dQ (its DQ_ADD): not at all (the deterministic variant's dQ
+# kernel computes it), with fp32 atomics from registers, or by a TMA reduce-add of a shared tile.
+DQ_NONE = gl.constexpr(0)
+DQ_ATOMIC = gl.constexpr(1)
+DQ_TMA = gl.constexpr(2)
 
 
 @gluon.constexpr_function
 def _nvmma(n):
     """wgmma accumulator layout of one warpgroup for an [rows, n] fp32 tile."""
     return gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, n, 16])
+
+
+@builtin
+def _tma_reduce_add(tensor_desc, coord, src, _semantic=None):
+    """Adds the shared tile `src` into the global box at `coord` (cp.reduce.async.bulk.tensor
+    ... .add, one elected thread; completion tracked by tma.store_wait like a TMA store).
+    Triton 3.6 builds the op (ttng.async_tma_reduce), but Gluon names no wrapper for it."""
+    coord = _semantic._convert_to_ir_values(coord, require_i64=False)
+    _semantic.builder.create_async_tma_reduce(ir.DESCRIPTOR_REDUCE_KIND.ADD, tensor_desc.handle,
+                                              coord, src.handle)
+
+
+@gluon.constexpr_function
+def _dq_share_cols(head_dim):
+    """Columns of dQ one consumer computes per tile: half of them at head dim >= 128 (both
+    consumers, every tile), all of them at 64 (one consumer, alternate tiles)."""
+    return head_dim // 2 if head_dim >= 128 else head_dim
 
 
 @gluon.jit
@@ -183,7 +208,8 @@ def _key_block(Hq, Hkv, Sq, Sk, BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr):
 class DkdvSmem:
     """Shared memory of a dK/dV program. K and V are stored as two 64-key halves, one per
     consumer; the ring holds each query tile's Q, dO, LSE (in score units, LSE/scale) and Δ;
-    dSᵀ is [2 * slot + half, 64 keys, BLOCK_M queries] (fast variant only)."""
+    dSᵀ is [2 * slot + half, 64 keys, BLOCK_M queries] (fast variant only); dq is each
+    consumer's fp32 dQ share on its way to a TMA reduce-add (DQ_TMA only)."""
     k: gl.shared_memory_descriptor
     v: gl.shared_memory_descriptor
     q: gl.shared_memory_descriptor
@@ -191,9 +217,10 @@ class DkdvSmem:
     lse: gl.shared_memory_descriptor
     delta: gl.shared_memory_descriptor
     ds: gl.shared_memory_descriptor
+    dq: gl.shared_memory_descriptor
 
     @gluon.constexpr_function
-    def __init__(self, k, v, q, do, lse, delta, ds):
+    def __init__(self, k, v, q, do, lse, delta, ds, dq):
         self.k = k
         self.v = v
         self.q = q
@@ -201,6 +228,7 @@ class DkdvSmem:
         self.lse = lse
         self.delta = delta
         self.ds = ds
+        self.dq = dq
 
 
 @aggregate
@@ -268,14 +296,16 @@ def _dkdv_load(q_desc, k_desc, v_desc, do_desc, smem, bars, lse_ptr, delta_ptr,
 # dK/dV kernel: consumer partitions
 # --------------------------------------------------------------------------------------------
 @gluon.jit
-def _dq_share(smem, dq_accum, t, b, h, m0, slot, Hq, Sq,
-              CONSUMER: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr):
+def _dq_share(smem, dq_out, t, b, h, m0, slot, Hq, Sq,
+              CONSUMER: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr,
+              DQ_ADD: gl.constexpr):
     """dQ of the query tile (rows m0.., head h) from all 128 keys, the part this consumer adds:
     columns [CONSUMER·D/2, (CONSUMER+1)·D/2) at head dim >= 128, else all of it on every
     other tile. dQ = dS·K, summed over the two 64-key halves; dSᵀ comes from shared memory
-    (both consumers' halves), K as stored."""
+    (both consumers' halves), K as stored. `dq_out` is the accumulator's tensor descriptor
+    under DQ_TMA, its address under DQ_ATOMIC."""
     SPLIT: gl.constexpr = HEAD_DIM >= 128
-    DQ_N: gl.constexpr = HEAD_DIM // 2 if SPLIT else HEAD_DIM
+    DQ_N: gl.constexpr = _dq_share_cols(HEAD_DIM)
     COL0: gl.constexpr = CONSUMER * DQ_N if SPLIT else 0
     dq_layout: gl.constexpr = _nvmma(DQ_N)
     mine = t % 2 == CONSUMER
@@ -290,12 +320,21 @@ def _dq_share(smem, dq_accum, t, b, h, m0, slot, Hq, Sq,
                 k = k.slice(COL0, DQ_N, dim=1)
             dq = warpgroup_mma(ds, k, dq, use_acc=half > 0, is_async=True)
         dq = warpgroup_mma_wait(0, deps=[dq])
-        rows = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, dq_layout))   # from m0
-        cols = COL0 + gl.arange(0, DQ_N, layout=gl.SliceLayout(0, dq_layout))
-        tile = dq_accum + ((b * Hq + h).to(gl.int64) * Sq + m0) * HEAD_DIM
-        at = tile + gl.expand_dims(rows * HEAD_DIM, 1) + gl.expand_dims(cols, 0)
-        inside = gl.expand_dims(rows < Sq - m0, 1) & gl.expand_dims(cols < HEAD_DIM, 0)
-        gl.atomic_add(at, dq, mask=inside, sem="relaxed")
+        if DQ_ADD == DQ_TMA:
+            # The previous share's reduce must have read the staging tile before it is
+            # rewritten (a tile ago: this rarely waits). The reduce drops rows past Sq.
+            staged = smem.dq.index(CONSUMER)
+            tma.store_wait(0)
+            staged.reshape([BLOCK_M, DQ_N]).store(dq)
+            fence_async_shared()
+            _tma_reduce_add(dq_out, [b, h, m0, COL0], staged)
+        else:
+            rows = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, dq_layout))   # from m0
+            cols = COL0 + gl.arange(0, DQ_N, layout=gl.SliceLayout(0, dq_layout))
+            tile = dq_out + ((b * Hq + h).to(gl.int64) * Sq + m0) * HEAD_DIM
+            at = tile + gl.expand_dims(rows * HEAD_DIM, 1) + gl.expand_dims(cols, 0)
+            inside = gl.expand_dims(rows < Sq - m0, 1) & gl.expand_dims(cols < HEAD_DIM, 0)
+            gl.atomic_add(at, dq, mask=inside, sem="relaxed")
 
 
 @gluon.jit
@@ -312,13 +351,13 @@ def _store_rows(ptr, stride_b, stride_h, stride_s, value, b, h, row0, n_rows,
 
 
 @gluon.jit
-def _dkdv_tile(smem, bars, dq_accum, dk_acc, dv_acc, k, v, key0, t, stage, phase, b, h, m0,
+def _dkdv_tile(smem, bars, dq_out, dk_acc, dv_acc, k, v, key0, t, stage, phase, b, h, m0,
                Hq, Sq, Sk, qk_scale,
                s_layout: gl.constexpr, kv_layout: gl.constexpr, CONSUMER: gl.constexpr,
                BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
-               CAUSAL: gl.constexpr, FUSED_DQ: gl.constexpr):
+               CAUSAL: gl.constexpr, DQ_ADD: gl.constexpr):
     """One query tile (the t-th, rows m0.. of head h, in ring slot `stage` at `phase`) against
-    this consumer's 64 keys: dV += Pᵀ·dO and dK += dSᵀ·Q; with FUSED_DQ also this consumer's
+    this consumer's 64 keys: dV += Pᵀ·dO and dK += dSᵀ·Q; unless DQ_NONE also this consumer's
     share of the tile's dQ."""
     dtype: gl.constexpr = smem.q.dtype
     # Pᵀ and dSᵀ as the A operand of dV/dK: the accumulator's registers, converted in place
@@ -357,7 +396,7 @@ def _dkdv_tile(smem, bars, dq_accum, dk_acc, dv_acc, k, v, key0, t, stage, phase
     dsT = (pT * dpT).to(dtype)
     dsT_op = gl.convert_layout(dsT, op_layout)
     dk_acc = warpgroup_mma(dsT_op, q, dk_acc, is_async=True)
-    if FUSED_DQ:
+    if DQ_ADD != DQ_NONE:
         slot = t % 2
         # a slot is rewritten two tiles later, by when both consumers have waited for this
         # tile's dQ GEMMs (each waits for its own before it stores its next half)
@@ -366,20 +405,20 @@ def _dkdv_tile(smem, bars, dq_accum, dk_acc, dv_acc, k, v, key0, t, stage, phase
         mbarrier.arrive(bars.ds_ready.index(slot))
     dv_acc, dk_acc, pT_op, dsT_op = warpgroup_mma_wait(0, deps=[dv_acc, dk_acc, pT_op, dsT_op])
     mbarrier.arrive(bars.qdo_free.index(stage))
-    if FUSED_DQ:
+    if DQ_ADD != DQ_NONE:
         mbarrier.wait(bars.ds_ready.index(slot), (t // 2) & 1)
-        _dq_share(smem, dq_accum, t, b, h, m0, slot, Hq, Sq, CONSUMER, BLOCK_M, HEAD_DIM)
+        _dq_share(smem, dq_out, t, b, h, m0, slot, Hq, Sq, CONSUMER, BLOCK_M, HEAD_DIM, DQ_ADD)
     return dk_acc, dv_acc
 
 
 @gluon.jit
-def _dkdv_consume(smem, bars, lse_ptr, delta_ptr, dq_accum, dk, dv,
+def _dkdv_consume(smem, bars, lse_ptr, delta_ptr, dq_out, dk, dv,
                   dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
                   Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
                   CONSUMER: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr,
-                  STAGES: gl.constexpr, CAUSAL: gl.constexpr, FUSED_DQ: gl.constexpr):
-    """dK and dV of this consumer's 64 keys over every query tile of the program; with FUSED_DQ
-    also its share of each tile's dQ."""
+                  STAGES: gl.constexpr, CAUSAL: gl.constexpr, DQ_ADD: gl.constexpr):
+    """dK and dV of this consumer's 64 keys over every query tile of the program; unless
+    DQ_NONE also its share of each tile's dQ."""
     s_layout: gl.constexpr = _nvmma(BLOCK_M)            # Sᵀ, dPᵀ: [64 keys, BLOCK_M queries]
     kv_layout: gl.constexpr = _nvmma(HEAD_DIM)          # dK, dV: [64 keys, HEAD_DIM]
 
@@ -396,14 +435,16 @@ def _dkdv_consume(smem, bars, lse_ptr, delta_ptr, dq_accum, dk, dv,
     stage = 0
     phase = 0
     for t in range(blk.num_tiles(Sq, BLOCK_M)):
-        dk_acc, dv_acc = _dkdv_tile(smem, bars, dq_accum, dk_acc, dv_acc, k, v, key0,
+        dk_acc, dv_acc = _dkdv_tile(smem, bars, dq_out, dk_acc, dv_acc, k, v, key0,
                                     t, stage, phase, blk.b, h, m0, Hq, Sq, Sk, qk_scale,
                                     s_layout, kv_layout, CONSUMER, BLOCK_M, HEAD_DIM, STAGES,
-                                    CAUSAL, FUSED_DQ)
+                                    CAUSAL, DQ_ADD)
         h, m0 = blk.next_tile(h, m0, Sq, BLOCK_M)
         stage, phase = _next_slot(stage, phase, STAGES)
 
     # ---- epilogue: dK carries the softmax scale; keys no query sees get exact zeros
+    if DQ_ADD == DQ_TMA:
+        tma.store_wait(0)  # the last reduce has read its staging tile before the program ends
     _store_rows(dv, dv_stride_b, dv_stride_h, dv_stride_s, dv_acc, blk.b, blk.h_kv, key0, Sk,
                 kv_layout, HALF_N, HEAD_DIM)
     _store_rows(dk, dk_stride_b, dk_stride_h, dk_stride_s, dk_acc * sm_scale, blk.b, blk.h_kv,
@@ -411,50 +452,54 @@ def _dkdv_consume(smem, bars, lse_ptr, delta_ptr, dq_accum, dk, dv,
 
 
 @gluon.jit
-def _dkdv_consumer0(smem, bars, lse_ptr, delta_ptr, dq_accum, dk, dv,
+def _dkdv_consumer0(smem, bars, lse_ptr, delta_ptr, dq_out, dk, dv,
                     dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
                     Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
                     BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
-                    CAUSAL: gl.constexpr, FUSED_DQ: gl.constexpr):
-    _dkdv_consume(smem, bars, lse_ptr, delta_ptr, dq_accum, dk, dv,
+                    CAUSAL: gl.constexpr, DQ_ADD: gl.constexpr):
+    _dkdv_consume(smem, bars, lse_ptr, delta_ptr, dq_out, dk, dv,
                   dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
                   Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
-                  0, BLOCK_M, HEAD_DIM, STAGES, CAUSAL, FUSED_DQ)
+                  0, BLOCK_M, HEAD_DIM, STAGES, CAUSAL, DQ_ADD)
 
 
 @gluon.jit
-def _dkdv_consumer1(smem, bars, lse_ptr, delta_ptr, dq_accum, dk, dv,
+def _dkdv_consumer1(smem, bars, lse_ptr, delta_ptr, dq_out, dk, dv,
                     dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
                     Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
                     BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
-                    CAUSAL: gl.constexpr, FUSED_DQ: gl.constexpr):
-    _dkdv_consume(smem, bars, lse_ptr, delta_ptr, dq_accum, dk, dv,
+                    CAUSAL: gl.constexpr, DQ_ADD: gl.constexpr):
+    _dkdv_consume(smem, bars, lse_ptr, delta_ptr, dq_out, dk, dv,
                   dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
                   Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
-                  1, BLOCK_M, HEAD_DIM, STAGES, CAUSAL, FUSED_DQ)
+                  1, BLOCK_M, HEAD_DIM, STAGES, CAUSAL, DQ_ADD)
 
 
 @gluon.jit
-def _dkdv_program(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_accum, dk, dv,
+def _dkdv_program(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_out, dk, dv,
                   dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
                   Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
                   BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
-                  CAUSAL: gl.constexpr, FUSED_DQ: gl.constexpr,
+                  CAUSAL: gl.constexpr, DQ_ADD: gl.constexpr,
                   CONSUMER_REGS: gl.constexpr, LOAD_REGS: gl.constexpr):
     dtype: gl.constexpr = q_desc.dtype
     k = gl.allocate_shared_memory(dtype, [2] + k_desc.block_type.shape, k_desc.layout)
     v = gl.allocate_shared_memory(dtype, [2] + v_desc.block_type.shape, v_desc.layout)
     q = gl.allocate_shared_memory(dtype, [STAGES] + q_desc.block_type.shape, q_desc.layout)
     do = gl.allocate_shared_memory(dtype, [STAGES] + do_desc.block_type.shape, do_desc.layout)
-    if FUSED_DQ:
+    if DQ_ADD != DQ_NONE:
         ds_layout: gl.constexpr = gl.NVMMASharedLayout.get_default_for([HALF_N, BLOCK_M], dtype)
         ds = gl.allocate_shared_memory(dtype, [4, HALF_N, BLOCK_M], ds_layout)
     else:
         ds = k  # unused: only the fused dQ exchanges dSᵀ
+    if DQ_ADD == DQ_TMA:
+        dq = gl.allocate_shared_memory(gl.float32, [2] + dq_out.block_type.shape, dq_out.layout)
+    else:
+        dq = k  # unused: only the TMA reduce stages dQ
     row_smem: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
     lse = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_M], row_smem)
     delta = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_M], row_smem)
-    smem = DkdvSmem(k, v, q, do, lse, delta, ds)
+    smem = DkdvSmem(k, v, q, do, lse, delta, ds, dq)
     bars = DkdvBarriers(gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout()),
                         gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout()),
                         gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout()),
@@ -467,16 +512,16 @@ def _dkdv_program(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_accum,
         mbarrier.init(bars.ds_ready.index(i), count=2)   # both consumers store a half
 
     gl.warp_specialize([
-        (_dkdv_consumer0, (smem, bars, lse_ptr, delta_ptr, dq_accum, dk, dv,
+        (_dkdv_consumer0, (smem, bars, lse_ptr, delta_ptr, dq_out, dk, dv,
                            dk_stride_b, dk_stride_h, dk_stride_s,
                            dv_stride_b, dv_stride_h, dv_stride_s,
                            Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
-                           BLOCK_M, HEAD_DIM, STAGES, CAUSAL, FUSED_DQ)),
-        (_dkdv_consumer1, (smem, bars, lse_ptr, delta_ptr, dq_accum, dk, dv,
+                           BLOCK_M, HEAD_DIM, STAGES, CAUSAL, DQ_ADD)),
+        (_dkdv_consumer1, (smem, bars, lse_ptr, delta_ptr, dq_out, dk, dv,
                            dk_stride_b, dk_stride_h, dk_stride_s,
                            dv_stride_b, dv_stride_h, dv_stride_s,
                            Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
-                           BLOCK_M, HEAD_DIM, STAGES, CAUSAL, FUSED_DQ)),
+                           BLOCK_M, HEAD_DIM, STAGES, CAUSAL, DQ_ADD)),
         (_dkdv_load, (q_desc, k_desc, v_desc, do_desc, smem, bars, lse_ptr, delta_ptr,
                       Hq, Hkv, Sq, Sk, sm_scale, BLOCK_M, STAGES, CAUSAL)),
     ], [4, 1], [CONSUMER_REGS, LOAD_REGS])
@@ -490,12 +535,30 @@ def attn_bwd_dkdv_dq_atomic(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr,
                             BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
                             CAUSAL: gl.constexpr,
                             CONSUMER_REGS: gl.constexpr, LOAD_REGS: gl.constexpr):
-    """Fast variant: dK, dV, and dQ added into the fp32 accumulator.
+    """Fast variant: dK, dV, and dQ added into the fp32 accumulator with atomics.
     grid: (cdiv(Sk, 128), B * Hkv); num_warps = 4 (consumer 0)."""
     _dkdv_program(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_accum, dk, dv,
                   dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
                   Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
-                  BLOCK_M, HEAD_DIM, STAGES, CAUSAL, True, CONSUMER_REGS, LOAD_REGS)
+                  BLOCK_M, HEAD_DIM, STAGES, CAUSAL, DQ_ATOMIC, CONSUMER_REGS, LOAD_REGS)
+
+
+@gluon.jit
+def attn_bwd_dkdv_dq_tma(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_ptr, delta_ptr, dk, dv,
+                         dk_stride_b, dk_stride_h, dk_stride_s,
+                         dv_stride_b, dv_stride_h, dv_stride_s,
+                         Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
+                         BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
+                         CAUSAL: gl.constexpr,
+                         CONSUMER_REGS: gl.constexpr, LOAD_REGS: gl.constexpr):
+    """Fast variant: dK, dV, and dQ added into the fp32 accumulator [B, Hq, Sq, D] by TMA
+    reduce-adds through `dq_desc` (boxes of [BLOCK_M, D/2] at head dim >= 128, else [BLOCK_M,
+    D]); the reduce drops a tile's rows past Sq. grid: (cdiv(Sk, 128), B * Hkv); num_warps = 4
+    (consumer 0)."""
+    _dkdv_program(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_desc, dk, dv,
+                  dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
+                  Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
+                  BLOCK_M, HEAD_DIM, STAGES, CAUSAL, DQ_TMA, CONSUMER_REGS, LOAD_REGS)
 
 
 @gluon.jit
@@ -510,7 +573,7 @@ def attn_bwd_dkdv(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dk, dv,
     _dkdv_program(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, delta_ptr, dk, dv,
                   dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
                   Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
-                  BLOCK_M, HEAD_DIM, STAGES, CAUSAL, False, CONSUMER_REGS, LOAD_REGS)
+                  BLOCK_M, HEAD_DIM, STAGES, CAUSAL, DQ_NONE, CONSUMER_REGS, LOAD_REGS)
 
 
 # --------------------------------------------------------------------------------------------

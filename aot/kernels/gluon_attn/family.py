@@ -21,10 +21,12 @@ Config knobs:
 The backward (bwd.py), three launches per variant. Config knobs:
   M           query rows per dK/dV step (the dK/dV program owns 128 keys, 64 per consumer)
   stages      depth of the dK/dV kernel's (Q, dO) ring, and of the dQ kernel's K/V ring
-  det         0: fast. dQ is added with fp32 atomics into a workspace accumulator that the
-                 preprocess zeroes, then converted: its bits depend on the order programs finish.
+  det         0: fast. dQ is added into a workspace fp32 accumulator that the preprocess
+                 zeroes, then converted: its bits depend on the order programs finish.
               1: deterministic. A separate dQ kernel sums each query block's dQ in registers,
                  so every run gives the same bits.
+  tma         (det 0) 1: each consumer's dQ share is staged in shared memory and added by one
+              TMA reduce-add; absent: added from registers with fp32 atomics
   qN          (det 1) key rows per K/V tile of the dQ kernel
   qS          (det 1) the dQ kernel's K/V ring depth, where it differs from `stages`
 """
@@ -36,8 +38,8 @@ from attnpack.builder.backends.triton import TritonKernel
 from attnpack.family import FamilySpec, FunctionalKey, Step, TensorMap, Workspace
 from attnpack.targets import TARGETS
 
-from .bwd import (attn_bwd_dkdv, attn_bwd_dkdv_dq_atomic, attn_bwd_dq, attn_bwd_dq_convert,
-                  attn_bwd_preprocess)
+from .bwd import (attn_bwd_dkdv, attn_bwd_dkdv_dq_atomic, attn_bwd_dkdv_dq_tma, attn_bwd_dq,
+                  attn_bwd_dq_convert, attn_bwd_preprocess)
 from .fwd import attn_fwd_pingpong
 
 SHARED_MEMORY_BYTES = TARGETS["sm_90"].shared_bytes
@@ -64,6 +66,8 @@ FWD_CONFIGS = (
 BWD_CONFIGS = (
     {"M": 64, "stages": 2, "det": 0},
     {"M": 64, "stages": 3, "det": 0},
+    {"M": 64, "stages": 2, "det": 0, "tma": 1},
+    {"M": 64, "stages": 3, "det": 0, "tma": 1},
     {"M": 64, "stages": 2, "det": 1, "qN": 64},
     {"M": 64, "stages": 3, "det": 1, "qN": 64},
     {"M": 64, "stages": 2, "det": 1, "qN": 128},
@@ -154,8 +158,16 @@ def _bwd_steps(key: FunctionalKey, config) -> tuple[Step, ...]:
     dkdv_grid = ((("Sk", BWD_KEYS_PER_PROGRAM),), (("B", 1), ("Hkv", 1)), ())
     dkdv_consts = {"BLOCK_M": m, "HEAD_DIM": d, "STAGES": config["stages"],
                    "CAUSAL": key.causal, **regs}
-    dkdv = _step("bwd_dkdv", attn_bwd_dkdv if det else attn_bwd_dkdv_dq_atomic, dkdv_words,
-                 dkdv_grid, dkdv_consts, dkdv_maps)
+    dkdv_kernel = (attn_bwd_dkdv if det else
+                   attn_bwd_dkdv_dq_tma if config.get("tma") else attn_bwd_dkdv_dq_atomic)
+    if config.get("tma"):
+        # each consumer's dQ share: [M, D/2] at head dim >= 128 (both consumers, every tile),
+        # else [M, D] (one consumer, alternate tiles)
+        block = (1, 1, m, d // 2 if d >= 128 else d)
+        dkdv_maps += (TensorMap(name="dq_desc", tensor="dq_accum", block=block,
+                                layout=gl.NVMMASharedLayout.get_default_for(list(block),
+                                                                            gl.float32)),)
+    dkdv = _step("bwd_dkdv", dkdv_kernel, dkdv_words, dkdv_grid, dkdv_consts, dkdv_maps)
     if not det:
         convert = _step("bwd_dq_convert", attn_bwd_dq_convert, {}, per_q_rows,
                         {"HEAD_DIM": d, "BLOCK_M": rows})
@@ -187,7 +199,7 @@ def shared_memory_bytes(head_dim: int, config, op: str = "fwd") -> int:
     """16-bit tiles plus barriers. Forward: two Q tiles (reused for O unless persistent, which
     has two O tiles of its own) and `stages` K and V tiles. Backward: the larger of the dK/dV
     kernel (128 keys of K and V, `stages` Q and dO tiles, and two double-buffered dSᵀ tiles
-    when fast) and the dQ kernel (two Q and dO tiles, `stages` K and V tiles of qN keys)."""
+    when fast, plus two fp32 dQ staging tiles with `tma`) and the dQ kernel (two Q and dO tiles, `stages` K and V tiles of qN keys)."""
     if op == "fwd":
         rows = (4 if config.get("persistent") else 2) * config["M"] + 2 * config["stages"] * config["N"]
         return 2 * head_dim * rows + 1024
@@ -195,6 +207,8 @@ def shared_memory_bytes(head_dim: int, config, op: str = "fwd") -> int:
     dkdv = 2 * head_dim * (2 * BWD_KEYS_PER_PROGRAM + 2 * stages * m)
     if not config["det"]:
         dkdv += 2 * (2 * BWD_KEYS_PER_PROGRAM * m)
+    if config.get("tma"):
+        dkdv += 4 * 2 * m * (head_dim // 2 if head_dim >= 128 else head_dim)
     q_stages = config.get("qS", stages)
     dq = 2 * head_dim * (4 * 64 + 2 * q_stages * config["qN"]) if config["det"] else 0
     return max(dkdv, dq) + 1024

@@ -14,8 +14,11 @@ MAGIC = b"ATTNPACK"
 # 2.2 (additive): a tuning entry may carry `deterministic_kernel`.
 # 2.3: the tuning map may carry `buckets.streams`, and then each entry its `streams` class; two
 # entries may then differ in that class alone, which a 2.2 reader rejects as a repeated key.
+# 2.4 (additive): a tensor map may view a workspace buffer, and parameter words gain
+# `<workspace>_stride_<b|h|s|d>` (Triton's expansion of such a descriptor); an older runtime
+# marks a kernel using them as one it cannot launch.
 FORMAT_MAJOR = 2
-FORMAT_MINOR = 3
+FORMAT_MINOR = 4
 # magic, major, minor, meta size, sha256(meta)
 PREAMBLE = struct.Struct("<8sHHI32s")
 ZSTD_LEVEL = 19

@@ -57,7 +57,7 @@ def _check_index(ar: Archive) -> list[str]:
             if images[s["image"]]["symbol"] != s["symbol"]:
                 problems.append(f"{here}: symbol {s['symbol']} differs from its image's "
                                 f"{images[s['image']]['symbol']}")
-            problems += [f"{here}: {p}" for p in _check_tensormaps(s)]
+            problems += [f"{here}: {p}" for p in _check_tensormaps(s, k["workspace"])]
             problems += [f"{here}: {p}" for p in _check_params(s, ws)]
             for dim in s["grid"]:
                 for var, div in dim:
@@ -160,7 +160,7 @@ def _check_params(step: dict, ws: tuple[str, ...]) -> list[str]:
             continue
         if typ not in allowed:
             problems.append(f"param {word} has type {typ}, the vocabulary allows {allowed}")
-        elif word not in ws and not abi.parse(word).fits(typ):
+        elif word not in ws and not abi.workspace_stride(word, ws) and not abi.parse(word).fits(typ):
             problems.append(f"param {word} does not fit its type {typ}")
     for span in step.get("padding", []):
         if not (isinstance(span, list) and len(span) == 2 and all(isinstance(v, int) and v >= 0
@@ -178,10 +178,12 @@ def _check_params(step: dict, ws: tuple[str, ...]) -> list[str]:
     return problems
 
 
-def _check_tensormaps(step: dict) -> list[str]:
+def _check_tensormaps(step: dict, workspace: list[dict]) -> list[str]:
     """Each descriptor parameter is declared in `tensormaps` and followed by Triton's expansion
-    (the viewed tensor's shape and strides); each declaration is one the runtime can encode."""
+    (the viewed tensor's shape and strides); each declaration is one the runtime can encode.
+    A map views an element tensor, or (2.4) one of the kernel's workspace buffers."""
     problems = []
+    shapes = {w["name"]: tuple(w["shape"]) for w in workspace}
     maps = {m["param"]: m for m in step.get("tensormaps", [])}
     words = [p[0] for p in step["params"]]
     types = [p[1] for p in step["params"]]
@@ -192,18 +194,24 @@ def _check_tensormaps(step: dict) -> list[str]:
         if m is None:
             problems.append(f"tensormap param {word} has no tensormaps entry")
             continue
-        if m["tensor"] not in abi.TENSORS:
-            problems.append(f"tensor map {word} views {m['tensor']!r}, not an element tensor")
+        if m["tensor"] not in abi.TENSORS and m["tensor"] not in shapes:
+            problems.append(f"tensor map {word} views {m['tensor']!r}, neither an element "
+                            "tensor nor a workspace buffer of the kernel")
             continue
-        want = abi.tensormap_params(word, m["tensor"])
+        try:
+            want = abi.tensormap_params(word, m["tensor"], shapes.get(m["tensor"]))
+        except ValueError as e:
+            problems.append(f"tensor map {word}: {e}")
+            continue
         got = [tuple(p[:2]) for p in step["params"][i:i + len(want)]]
         if got != want:
             problems.append(f"tensor map {word} is followed by {got[1:]}, Triton passes {want[1:]}")
     for word, m in maps.items():
         if word not in words or types[words.index(word)] != "tensormap":
             problems.append(f"tensor map {word} is not a tensormap parameter")
-        if len(m["box"]) != 4 or not all(1 <= e <= 256 for e in m["box"]):
-            problems.append(f"tensor map {word} box {m['box']} is not 4 extents of 1..256")
+        rank = len(shapes.get(m["tensor"], abi.AXES))
+        if len(m["box"]) != rank or not all(1 <= e <= 256 for e in m["box"]):
+            problems.append(f"tensor map {word} box {m['box']} is not {rank} extents of 1..256")
         if m.get("swizzle", 0) not in abi.TENSORMAP_SWIZZLES or \
                 m.get("l2_promotion", 0) not in abi.TENSORMAP_L2_PROMOTIONS or \
                 m.get("oob_fill", "zero") not in abi.TENSORMAP_OOB_FILLS:

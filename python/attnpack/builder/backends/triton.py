@@ -25,8 +25,9 @@ CACHE_SCHEMA = 1
 os.environ.setdefault("TRITON_DISABLE_LINE_INFO", "1")
 # Triton's tensordesc_meta "swizzle" is CUtensorMapSwizzle: NONE, 32B, 64B, 128B.
 SWIZZLE_BYTES = (0, 32, 64, 128)
-# tensordesc_meta "elem_type" is the device-side TMA dtype enum: 6 float16, 10 bfloat16.
-TMA_ELEM_TYPE = {"fp16": 6, "bf16": 10}
+# tensordesc_meta "elem_type" is the device-side TMA dtype enum: 6 float16, 7 float32,
+# 10 bfloat16.
+TMA_ELEM_TYPE = {"fp16": 6, "bf16": 10, "fp32": 7}
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,9 @@ def _tensormap_records(job: CompileJob, meta: dict) -> list[dict]:
         box = [int(e) for e in md["block_size"]]
         fits = len(box) == len(m.block) and all(b >= 1 and t % b == 0
                                                 for b, t in zip(box, m.block))
-        want = {"swizzle": m.swizzle, "elem_type": TMA_ELEM_TYPE[job.variant.key.dtype]}
+        # element tensors have the problem's dtype; lse and workspace buffers are float32
+        dtype = job.variant.key.dtype if m.tensor in abi.TENSORS else "fp32"
+        want = {"swizzle": m.swizzle, "elem_type": TMA_ELEM_TYPE[dtype]}
         got = {"swizzle": SWIZZLE_BYTES[md["swizzle"]], "elem_type": md["elem_type"]}
         if want != got or not fits or md.get("fp4_padded"):
             raise ValueError(f"{job.label}: tensor map {m.name} declares block {list(m.block)} "
@@ -125,11 +128,13 @@ def _params(job: CompileJob) -> list[tuple[str, str, int]]:
     scratch pointers."""
     kernel = _kernel(job)
     ws = tuple(w.name for w in job.variant.workspace)
+    shapes = {w.name: tuple(w.shape) for w in job.variant.workspace}
     params = []
     for w in job.step.args:
         tmap = job.step.tensormap(w)
         if tmap is not None:
-            params += [(word, typ, 1) for word, typ in abi.tensormap_params(w, tmap.tensor)]
+            params += [(word, typ, 1) for word, typ
+                       in abi.tensormap_params(w, tmap.tensor, shapes.get(tmap.tensor))]
             continue
         typ = abi.param_type(w, ws)
         params.append((w, typ, 16 if typ == "ptr" or w in kernel.divisible_by_16 else 1))
