@@ -199,7 +199,8 @@ def shared_memory_bytes(head_dim: int, config, op: str = "fwd") -> int:
     """16-bit tiles plus barriers. Forward: two Q tiles (reused for O unless persistent, which
     has two O tiles of its own) and `stages` K and V tiles. Backward: the larger of the dK/dV
     kernel (128 keys of K and V, `stages` Q and dO tiles, and two double-buffered dSᵀ tiles
-    when fast, plus two fp32 dQ staging tiles with `tma`) and the dQ kernel (two Q and dO tiles, `stages` K and V tiles of qN keys)."""
+    when fast, plus two fp32 dQ staging tiles with `tma`) and the dQ kernel (two Q and dO
+    tiles, `stages` K and V tiles of qN keys)."""
     if op == "fwd":
         rows = (4 if config.get("persistent") else 2) * config["M"] + 2 * config["stages"] * config["N"]
         return 2 * head_dim * rows + 1024
