@@ -259,16 +259,21 @@ def _load_db(path):
 @db.command("show")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def db_show(file, as_json):
+@click.option("--summary", is_flag=True,
+              help="One markdown row per op, dtype, head dim and causal instead of every entry.")
+def db_show(file, as_json, summary):
     """Print every entry: key, winner, its speed and the native baseline.
 
     \b
     Example:
       attnpack db show aot/tuning_db/sm_90.jsonl
+      attnpack db show --summary aot/tuning_db/sm_90.jsonl
     """
-    from attnpack.tune.db import render_show
+    from attnpack.tune.db import render_show, render_summary
     tdb = _load_db(file)
-    if as_json:
+    if summary:
+        click.echo(render_summary(tdb), nl=False)
+    elif as_json:
         click.echo(json.dumps({"arch": tdb.arch, "provenance": tdb.provenance,
                                "entries": [e for _, e in sorted(tdb.entries.items())]}, indent=1))
     else:

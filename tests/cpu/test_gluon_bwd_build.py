@@ -25,7 +25,8 @@ FAST = "gluon/bwd/bf16-d128-causal/M64_stages2_det0"
 TMA = "gluon/bwd/bf16-d128-causal/M64_stages2_det0_tma1"
 DET = "gluon/bwd/bf16-d128-causal/M64_stages2_det1_qN64"
 CONFIGS_PER_KEY = 8    # family.BWD_CONFIGS
-# The TMA-reduce dK/dV kernel at causal head dim 128 spills a few loop-invariant registers
+# The TMA-reduce dK/dV kernel at causal head dim 128 (and 96, on 128-wide tiles) spills a few
+# loop-invariant registers
 # (ptxas: 16-24 bytes, 240 registers a thread being the ceiling of two consumer warpgroups):
 # stored before the tile loop, reloaded after it (at 3 stages one reload a tile). It still
 # measured the fastest det0 kernel at those keys (docs/gluon-bwd.md), so it is declared; the
@@ -52,9 +53,9 @@ def test_every_declared_variant_builds_and_verifies(bwd_archive):
     # a stack frame (spill) is a warning: only the allowed ones (test_no_spills_...) appear
     assert problems == []
     assert all("stack frame" in w and any(f"({s})" in w for s in SPILL_ALLOWED) for w in warnings)
-    # 8 configs x (fp16, bf16) x (64, 128) x (full, causal)
+    # 8 configs x (fp16, bf16) x (64, 96, 128) x (full, causal)
     assert sorted(k["name"] for k in ar.kernels) == sorted(v.name for v in declared())
-    assert len(ar.kernels) == 8 * CONFIGS_PER_KEY
+    assert len(ar.kernels) == 12 * CONFIGS_PER_KEY
 
 
 def test_no_spills_and_shared_memory_fits(bwd_archive):
@@ -66,7 +67,7 @@ def test_no_spills_and_shared_memory_fits(bwd_archive):
             where = f"{kernel['name']} {step['name']}"
             allowed = 0
             if step["symbol"] in SPILL_ALLOWED and kernel["key"]["causal"] \
-                    and kernel["key"]["head_dim"] == 128:
+                    and kernel["key"]["head_dim"] in (96, 128):
                 allowed = SPILL_ALLOWED[step["symbol"]]
             assert facts.resources.get("stack_bytes", 0) <= allowed, where
             assert facts.resources.get("local_bytes", 0) <= allowed, where
@@ -75,7 +76,7 @@ def test_no_spills_and_shared_memory_fits(bwd_archive):
             warps = 12 if step["name"] in ("bwd_dkdv", "bwd_dq") else 4
             assert step["block"] == [32 * warps, 1, 1], where
             seen += 1
-    assert seen == 3 * 8 * CONFIGS_PER_KEY
+    assert seen == 3 * 12 * CONFIGS_PER_KEY
 
 
 def test_steps_and_workspace_per_variant(bwd_archive):
@@ -157,3 +158,27 @@ def test_recorded_launch_carves_the_dq_accumulator(bwd_archive):
     assert grids == fast_grids + [[math.ceil(Sq / 64), B * Hq, 1],
                                   [math.ceil(Sk / 128), B * Hkv, 1],
                                   [math.ceil(Sq / 128), B * Hq, 1]] + fast_grids
+
+
+def test_head_dim_96_runs_on_128_wide_tiles(bwd_archive):
+    """Tiles of 128 columns (TMA zero-fills q, k, v and dO past 96; dK, dV and dQ drop those
+    columns), while the accumulator and the plain-pointer steps keep rows of 96."""
+    name = "gluon/bwd/bf16-d96-causal/M64_stages3_det0_tma1"
+    variant = next(v for v in declared() if v.name == name)
+    assert [(s.kernel.constexprs["HEAD_DIM"], s.kernel.constexprs["D"]) for s in variant.steps] \
+        == [(128, 96)] * 3
+    B, Hq, Hkv, Sq, Sk, D = 1, 4, 2, 200, 300, 96
+    ptrs = {t: 0x7f0000000000 + (i << 28) for i, t in
+            enumerate(("q", "k", "v", "o", "do", "dq", "dk", "dv", "lse"))}
+    acc_offset = -(-4 * B * Hq * Sq // 256) * 256
+    with rt.Bundle(bwd_archive, recording=True) as bundle:
+        prob = rt.make_problem("bwd", "bf16", B=B, Hq=Hq, Hkv=Hkv, Sq=Sq, Sk=Sk, D=D,
+                               causal=True, pointers=ptrs, kernel=name)
+        size = bundle.workspace_size(prob)
+        assert size == acc_offset + 4 * B * Hq * Sq * D
+        bundle.backward(prob, workspace=0x7e0000000000, workspace_size=size)
+        dkdv = bundle.recorded_launches()["launches"][1]
+    q_map, acc_map = dkdv["tensormaps"][0], dkdv["tensormaps"][-1]
+    assert (q_map["dims"], q_map["box"]) == ([D, Sq, Hq, B], [64, 64, 1, 1])
+    assert (acc_map["dims"], acc_map["box"], acc_map["strides"]) == \
+        ([D, Sq, Hq, B], [32, 64, 1, 1], [D * 4, Sq * D * 4, Hq * Sq * D * 4])

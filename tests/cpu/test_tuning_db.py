@@ -181,6 +181,21 @@ def test_docs_table_is_the_committed_sm_90_db():
     assert block == render_show(load_db(root / "aot" / "tuning_db" / "sm_90.jsonl"))
 
 
+def test_docs_summary_is_the_committed_sm_90_db():
+    """docs/tuning.md's summary table is `attnpack db show --summary` of the committed db."""
+    from attnpack.tune.db import load_db
+    root = Path(__file__).resolve().parents[2]
+    doc = (root / "docs" / "tuning.md").read_text()
+    table = doc.split("<!-- db summary sm_90 -->\n", 1)[1].split("\n\n", 1)[0] + "\n"
+    result = CliRunner().invoke(main, ["db", "show", "--summary",
+                                       str(root / "aot" / "tuning_db" / "sm_90.jsonl")])
+    assert result.exit_code == 0 and result.output == table
+    # one row per (op, dtype, head dim, causal) of the db, each with its key count
+    rows = [line.split(" | ") for line in table.splitlines()[2:]]
+    assert sum(int(r[4]) for r in rows) == len(load_db(root / "aot" / "tuning_db" /
+                                                       "sm_90.jsonl").entries)
+
+
 def test_decode_keys_are_timed_as_serving_runs_them():
     """Sq bucket 16: one new token for the sequences of the key's streams class, not a batch
     grown to fill the GPU."""

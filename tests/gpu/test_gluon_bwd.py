@@ -92,8 +92,8 @@ def run_kernel(bundle, name, q, k, v, do, o, lse, causal, scale):
 
 def test_every_declared_kernel_is_in_the_archive(archive):
     names = sorted(k["name"] for k in read_archive(archive).kernels if k["op"] == "bwd")
-    # (fp16, bf16) x (64, 128) x (full, causal)
-    assert names == sorted(all_kernels()) and len(names) == 8 * CONFIGS_PER_KEY
+    # (fp16, bf16) x (64, 96, 128) x (full, causal)
+    assert names == sorted(all_kernels()) and len(names) == 12 * CONFIGS_PER_KEY
 
 
 def test_smoke_every_kernel_finishes(archive):
@@ -152,7 +152,7 @@ def _grid():
     cases, i = [], 0
     for sq in SEQS:
         for sk in SEQS:
-            for d in (64, 128):
+            for d in (64, 96, 128):  # 96 on 128-wide tiles
                 for causal in (False, True):
                     for j, dtype in enumerate(DTYPES):
                         b, hq, hkv = BATCH_HEADS[(i + j) % len(BATCH_HEADS)]

@@ -101,8 +101,10 @@ def attn_bwd_preprocess(o, do, delta, dq_accum,
                         o_stride_b, o_stride_h, o_stride_s,
                         do_stride_b, do_stride_h, do_stride_s,
                         Hq, Sq,
-                        HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr, ZERO_DQ: gl.constexpr):
-    """grid: (cdiv(Sq, BLOCK_M), B * Hq); num_warps = 4."""
+                        HEAD_DIM: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr,
+                        ZERO_DQ: gl.constexpr):
+    """grid: (cdiv(Sq, BLOCK_M), B * Hq); num_warps = 4. HEAD_DIM is the tile width, D the
+    tensors' head dim (96 runs on 128-wide tiles)."""
     # 16-byte vectors along the head dim, as many rows per warp as the head dim leaves.
     lanes_d: gl.constexpr = HEAD_DIM // 8
     layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 // lanes_d, lanes_d], [4, 1], [1, 0])
@@ -111,7 +113,7 @@ def attn_bwd_preprocess(o, do, delta, dq_accum,
     h = bh % Hq
     rows = gl.program_id(0) * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, layout))
     cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, layout))
-    inside = gl.expand_dims(rows < Sq, 1) & gl.expand_dims(cols < HEAD_DIM, 0)
+    inside = gl.expand_dims(rows < Sq, 1) & gl.expand_dims(cols < D, 0)
     o_at = (o + b.to(gl.int64) * o_stride_b + h.to(gl.int64) * o_stride_h
             + gl.expand_dims(rows.to(gl.int64) * o_stride_s, 1) + gl.expand_dims(cols, 0))
     do_at = (do + b.to(gl.int64) * do_stride_b + h.to(gl.int64) * do_stride_h
@@ -122,7 +124,7 @@ def attn_bwd_preprocess(o, do, delta, dq_accum,
     gl.store(delta + row_base + rows, gl.sum(o_tile * do_tile, 1), mask=rows < Sq)
     if ZERO_DQ:
         # the fast variant's dK/dV kernel adds into this with atomics: it must start at zero
-        acc_at = (dq_accum + row_base * HEAD_DIM + gl.expand_dims(rows * HEAD_DIM, 1)
+        acc_at = (dq_accum + row_base * D + gl.expand_dims(rows * D, 1)
                   + gl.expand_dims(cols, 0))
         gl.store(acc_at, gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, layout), mask=inside)
 
@@ -132,8 +134,9 @@ def attn_bwd_preprocess(o, do, delta, dq_accum,
 # --------------------------------------------------------------------------------------------
 @gluon.jit
 def attn_bwd_dq_convert(dq_accum, dq, dq_stride_b, dq_stride_h, dq_stride_s, Hq, Sq, sm_scale,
-                        HEAD_DIM: gl.constexpr, BLOCK_M: gl.constexpr):
-    """grid: (cdiv(Sq, BLOCK_M), B * Hq); num_warps = 4."""
+                        HEAD_DIM: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr):
+    """grid: (cdiv(Sq, BLOCK_M), B * Hq); num_warps = 4. HEAD_DIM is the tile width, D the
+    head dim (the accumulator's rows are D floats)."""
     lanes_d: gl.constexpr = HEAD_DIM // 4
     layout: gl.constexpr = gl.BlockedLayout([1, 4], [32 // lanes_d, lanes_d], [4, 1], [1, 0]) \
         if HEAD_DIM <= 128 else gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0])
@@ -142,8 +145,8 @@ def attn_bwd_dq_convert(dq_accum, dq, dq_stride_b, dq_stride_h, dq_stride_s, Hq,
     h = bh % Hq
     rows = gl.program_id(0) * BLOCK_M + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, layout))
     cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, layout))
-    inside = gl.expand_dims(rows < Sq, 1) & gl.expand_dims(cols < HEAD_DIM, 0)
-    acc_at = (dq_accum + bh.to(gl.int64) * Sq * HEAD_DIM + gl.expand_dims(rows * HEAD_DIM, 1)
+    inside = gl.expand_dims(rows < Sq, 1) & gl.expand_dims(cols < D, 0)
+    acc_at = (dq_accum + bh.to(gl.int64) * Sq * D + gl.expand_dims(rows * D, 1)
               + gl.expand_dims(cols, 0))
     dq_at = (dq + b.to(gl.int64) * dq_stride_b + h.to(gl.int64) * dq_stride_h
              + gl.expand_dims(rows.to(gl.int64) * dq_stride_s, 1) + gl.expand_dims(cols, 0))
@@ -298,7 +301,7 @@ def _dkdv_load(q_desc, k_desc, v_desc, do_desc, smem, bars, lse_ptr, delta_ptr,
 @gluon.jit
 def _dq_share(smem, dq_out, t, b, h, m0, slot, Hq, Sq,
               CONSUMER: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr,
-              DQ_ADD: gl.constexpr):
+              D: gl.constexpr, DQ_ADD: gl.constexpr):
     """dQ of the query tile (rows m0.., head h) from all 128 keys, the part this consumer adds:
     columns [CONSUMER·D/2, (CONSUMER+1)·D/2) at head dim >= 128, else all of it on every
     other tile. dQ = dS·K, summed over the two 64-key halves; dSᵀ comes from shared memory
@@ -331,22 +334,22 @@ def _dq_share(smem, dq_out, t, b, h, m0, slot, Hq, Sq,
         else:
             rows = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, dq_layout))   # from m0
             cols = COL0 + gl.arange(0, DQ_N, layout=gl.SliceLayout(0, dq_layout))
-            tile = dq_out + ((b * Hq + h).to(gl.int64) * Sq + m0) * HEAD_DIM
-            at = tile + gl.expand_dims(rows * HEAD_DIM, 1) + gl.expand_dims(cols, 0)
-            inside = gl.expand_dims(rows < Sq - m0, 1) & gl.expand_dims(cols < HEAD_DIM, 0)
+            tile = dq_out + ((b * Hq + h).to(gl.int64) * Sq + m0) * D
+            at = tile + gl.expand_dims(rows * D, 1) + gl.expand_dims(cols, 0)
+            inside = gl.expand_dims(rows < Sq - m0, 1) & gl.expand_dims(cols < D, 0)
             gl.atomic_add(at, dq, mask=inside, sem="relaxed")
 
 
 @gluon.jit
 def _store_rows(ptr, stride_b, stride_h, stride_s, value, b, h, row0, n_rows,
-                layout: gl.constexpr, ROWS: gl.constexpr, HEAD_DIM: gl.constexpr):
-    """A [ROWS, HEAD_DIM] register tile to global rows row0.. of (b, h), rows past n_rows
-    dropped. Once per program, so the wgmma layout's 4-byte stores are good enough."""
+                layout: gl.constexpr, ROWS: gl.constexpr, HEAD_DIM: gl.constexpr, D: gl.constexpr):
+    """A [ROWS, HEAD_DIM] register tile to global rows row0.. of (b, h), rows past n_rows and
+    columns past the head dim D dropped. Once per program, so the wgmma layout's 4-byte stores are good enough."""
     rows = row0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, layout))
     cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, layout))
     at = (ptr + b.to(gl.int64) * stride_b + h.to(gl.int64) * stride_h
           + gl.expand_dims(rows.to(gl.int64) * stride_s, 1) + gl.expand_dims(cols, 0))
-    inside = gl.expand_dims(rows < n_rows, 1) & gl.expand_dims(cols < HEAD_DIM, 0)
+    inside = gl.expand_dims(rows < n_rows, 1) & gl.expand_dims(cols < D, 0)
     gl.store(at, value.to(ptr.dtype.element_ty), mask=inside)
 
 
@@ -354,8 +357,8 @@ def _store_rows(ptr, stride_b, stride_h, stride_s, value, b, h, row0, n_rows,
 def _dkdv_tile(smem, bars, dq_out, dk_acc, dv_acc, k, v, key0, t, stage, phase, b, h, m0,
                Hq, Sq, Sk, qk_scale,
                s_layout: gl.constexpr, kv_layout: gl.constexpr, CONSUMER: gl.constexpr,
-               BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
-               CAUSAL: gl.constexpr, DQ_ADD: gl.constexpr):
+               BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, D: gl.constexpr,
+               STAGES: gl.constexpr, CAUSAL: gl.constexpr, DQ_ADD: gl.constexpr):
     """One query tile (the t-th, rows m0.. of head h, in ring slot `stage` at `phase`) against
     this consumer's 64 keys: dV += Pᵀ·dO and dK += dSᵀ·Q; unless DQ_NONE also this consumer's
     share of the tile's dQ."""
@@ -407,7 +410,8 @@ def _dkdv_tile(smem, bars, dq_out, dk_acc, dv_acc, k, v, key0, t, stage, phase, 
     mbarrier.arrive(bars.qdo_free.index(stage))
     if DQ_ADD != DQ_NONE:
         mbarrier.wait(bars.ds_ready.index(slot), (t // 2) & 1)
-        _dq_share(smem, dq_out, t, b, h, m0, slot, Hq, Sq, CONSUMER, BLOCK_M, HEAD_DIM, DQ_ADD)
+        _dq_share(smem, dq_out, t, b, h, m0, slot, Hq, Sq, CONSUMER, BLOCK_M, HEAD_DIM, D,
+                  DQ_ADD)
     return dk_acc, dv_acc
 
 
@@ -416,7 +420,8 @@ def _dkdv_consume(smem, bars, lse_ptr, delta_ptr, dq_out, dk, dv,
                   dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
                   Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
                   CONSUMER: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr,
-                  STAGES: gl.constexpr, CAUSAL: gl.constexpr, DQ_ADD: gl.constexpr):
+                  D: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                  DQ_ADD: gl.constexpr):
     """dK and dV of this consumer's 64 keys over every query tile of the program; unless
     DQ_NONE also its share of each tile's dQ."""
     s_layout: gl.constexpr = _nvmma(BLOCK_M)            # Sᵀ, dPᵀ: [64 keys, BLOCK_M queries]
@@ -437,8 +442,8 @@ def _dkdv_consume(smem, bars, lse_ptr, delta_ptr, dq_out, dk, dv,
     for t in range(blk.num_tiles(Sq, BLOCK_M)):
         dk_acc, dv_acc = _dkdv_tile(smem, bars, dq_out, dk_acc, dv_acc, k, v, key0,
                                     t, stage, phase, blk.b, h, m0, Hq, Sq, Sk, qk_scale,
-                                    s_layout, kv_layout, CONSUMER, BLOCK_M, HEAD_DIM, STAGES,
-                                    CAUSAL, DQ_ADD)
+                                    s_layout, kv_layout, CONSUMER, BLOCK_M, HEAD_DIM, D,
+                                    STAGES, CAUSAL, DQ_ADD)
         h, m0 = blk.next_tile(h, m0, Sq, BLOCK_M)
         stage, phase = _next_slot(stage, phase, STAGES)
 
@@ -446,41 +451,41 @@ def _dkdv_consume(smem, bars, lse_ptr, delta_ptr, dq_out, dk, dv,
     if DQ_ADD == DQ_TMA:
         tma.store_wait(0)  # the last reduce has read its staging tile before the program ends
     _store_rows(dv, dv_stride_b, dv_stride_h, dv_stride_s, dv_acc, blk.b, blk.h_kv, key0, Sk,
-                kv_layout, HALF_N, HEAD_DIM)
+                kv_layout, HALF_N, HEAD_DIM, D)
     _store_rows(dk, dk_stride_b, dk_stride_h, dk_stride_s, dk_acc * sm_scale, blk.b, blk.h_kv,
-                key0, Sk, kv_layout, HALF_N, HEAD_DIM)
+                key0, Sk, kv_layout, HALF_N, HEAD_DIM, D)
 
 
 @gluon.jit
 def _dkdv_consumer0(smem, bars, lse_ptr, delta_ptr, dq_out, dk, dv,
                     dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
                     Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
-                    BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
-                    CAUSAL: gl.constexpr, DQ_ADD: gl.constexpr):
+                    BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, D: gl.constexpr,
+                    STAGES: gl.constexpr, CAUSAL: gl.constexpr, DQ_ADD: gl.constexpr):
     _dkdv_consume(smem, bars, lse_ptr, delta_ptr, dq_out, dk, dv,
                   dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
                   Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
-                  0, BLOCK_M, HEAD_DIM, STAGES, CAUSAL, DQ_ADD)
+                  0, BLOCK_M, HEAD_DIM, D, STAGES, CAUSAL, DQ_ADD)
 
 
 @gluon.jit
 def _dkdv_consumer1(smem, bars, lse_ptr, delta_ptr, dq_out, dk, dv,
                     dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
                     Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
-                    BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
-                    CAUSAL: gl.constexpr, DQ_ADD: gl.constexpr):
+                    BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, D: gl.constexpr,
+                    STAGES: gl.constexpr, CAUSAL: gl.constexpr, DQ_ADD: gl.constexpr):
     _dkdv_consume(smem, bars, lse_ptr, delta_ptr, dq_out, dk, dv,
                   dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
                   Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
-                  1, BLOCK_M, HEAD_DIM, STAGES, CAUSAL, DQ_ADD)
+                  1, BLOCK_M, HEAD_DIM, D, STAGES, CAUSAL, DQ_ADD)
 
 
 @gluon.jit
 def _dkdv_program(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_out, dk, dv,
                   dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
                   Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
-                  BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
-                  CAUSAL: gl.constexpr, DQ_ADD: gl.constexpr,
+                  BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, D: gl.constexpr,
+                  STAGES: gl.constexpr, CAUSAL: gl.constexpr, DQ_ADD: gl.constexpr,
                   CONSUMER_REGS: gl.constexpr, LOAD_REGS: gl.constexpr):
     dtype: gl.constexpr = q_desc.dtype
     k = gl.allocate_shared_memory(dtype, [2] + k_desc.block_type.shape, k_desc.layout)
@@ -516,12 +521,12 @@ def _dkdv_program(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_out, d
                            dk_stride_b, dk_stride_h, dk_stride_s,
                            dv_stride_b, dv_stride_h, dv_stride_s,
                            Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
-                           BLOCK_M, HEAD_DIM, STAGES, CAUSAL, DQ_ADD)),
+                           BLOCK_M, HEAD_DIM, D, STAGES, CAUSAL, DQ_ADD)),
         (_dkdv_consumer1, (smem, bars, lse_ptr, delta_ptr, dq_out, dk, dv,
                            dk_stride_b, dk_stride_h, dk_stride_s,
                            dv_stride_b, dv_stride_h, dv_stride_s,
                            Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
-                           BLOCK_M, HEAD_DIM, STAGES, CAUSAL, DQ_ADD)),
+                           BLOCK_M, HEAD_DIM, D, STAGES, CAUSAL, DQ_ADD)),
         (_dkdv_load, (q_desc, k_desc, v_desc, do_desc, smem, bars, lse_ptr, delta_ptr,
                       Hq, Hkv, Sq, Sk, sm_scale, BLOCK_M, STAGES, CAUSAL)),
     ], [4, 1], [CONSUMER_REGS, LOAD_REGS])
@@ -532,15 +537,15 @@ def attn_bwd_dkdv_dq_atomic(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr,
                             dk_stride_b, dk_stride_h, dk_stride_s,
                             dv_stride_b, dv_stride_h, dv_stride_s,
                             Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
-                            BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
-                            CAUSAL: gl.constexpr,
+                            BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, D: gl.constexpr,
+                            STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                             CONSUMER_REGS: gl.constexpr, LOAD_REGS: gl.constexpr):
     """Fast variant: dK, dV, and dQ added into the fp32 accumulator with atomics.
     grid: (cdiv(Sk, 128), B * Hkv); num_warps = 4 (consumer 0)."""
     _dkdv_program(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_accum, dk, dv,
                   dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
                   Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
-                  BLOCK_M, HEAD_DIM, STAGES, CAUSAL, DQ_ATOMIC, CONSUMER_REGS, LOAD_REGS)
+                  BLOCK_M, HEAD_DIM, D, STAGES, CAUSAL, DQ_ATOMIC, CONSUMER_REGS, LOAD_REGS)
 
 
 @gluon.jit
@@ -548,8 +553,8 @@ def attn_bwd_dkdv_dq_tma(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_ptr, delt
                          dk_stride_b, dk_stride_h, dk_stride_s,
                          dv_stride_b, dv_stride_h, dv_stride_s,
                          Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
-                         BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
-                         CAUSAL: gl.constexpr,
+                         BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, D: gl.constexpr,
+                         STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                          CONSUMER_REGS: gl.constexpr, LOAD_REGS: gl.constexpr):
     """Fast variant: dK, dV, and dQ added into the fp32 accumulator [B, Hq, Sq, D] by TMA
     reduce-adds through `dq_desc` (boxes of [BLOCK_M, D/2] at head dim >= 128, else [BLOCK_M,
@@ -558,22 +563,22 @@ def attn_bwd_dkdv_dq_tma(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_ptr, delt
     _dkdv_program(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_desc, dk, dv,
                   dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
                   Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
-                  BLOCK_M, HEAD_DIM, STAGES, CAUSAL, DQ_TMA, CONSUMER_REGS, LOAD_REGS)
+                  BLOCK_M, HEAD_DIM, D, STAGES, CAUSAL, DQ_TMA, CONSUMER_REGS, LOAD_REGS)
 
 
 @gluon.jit
 def attn_bwd_dkdv(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dk, dv,
                   dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
                   Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
-                  BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
-                  CAUSAL: gl.constexpr,
+                  BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, D: gl.constexpr,
+                  STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                   CONSUMER_REGS: gl.constexpr, LOAD_REGS: gl.constexpr):
     """Deterministic variant: dK and dV only (attn_bwd_dq computes dQ).
     grid: (cdiv(Sk, 128), B * Hkv); num_warps = 4 (consumer 0)."""
     _dkdv_program(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, delta_ptr, dk, dv,
                   dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
                   Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
-                  BLOCK_M, HEAD_DIM, STAGES, CAUSAL, DQ_NONE, CONSUMER_REGS, LOAD_REGS)
+                  BLOCK_M, HEAD_DIM, D, STAGES, CAUSAL, DQ_NONE, CONSUMER_REGS, LOAD_REGS)
 
 
 # --------------------------------------------------------------------------------------------

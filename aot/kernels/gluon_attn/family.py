@@ -3,11 +3,11 @@ backward, their launch steps and declared variant spaces.
 
 Run and measured on the H200 (docs/gluon-family.md, docs/gluon-bwd.md). The family has
 priority 1000, so it is never a family default: it serves where the tuning database picks it
-(211 of the 336 sm_90 forward keys and 251 of the 286 backward keys in aot/tuning_db/sm_90.jsonl),
+(211 of the 336 sm_90 forward keys and 256 of the 286 backward keys in aot/tuning_db/sm_90.jsonl),
 with the triton default behind it for inputs a TMA descriptor cannot take.
 
-Head dims: the forward serves 64, 96, 128 and 256; 96 runs on 128-wide tiles (`tile_dim`). The
-backward serves 64 and 128.
+Head dims: the forward serves 64, 96, 128 and 256; the backward 64, 96 and 128. 96 runs on
+128-wide tiles (`tile_dim`).
 
 Config knobs:
   M           query rows per consumer warpgroup (a work tile is 2 * M rows)
@@ -76,9 +76,9 @@ BWD_CONFIGS = (
 # fp32 registers per consumer thread: accumulators (dK + dV, or dQ) plus the two score tiles
 # (Sᵀ and dPᵀ, or S and dP). Above this ptxas spills at 240 registers a thread.
 BWD_MAX_FP32_REGS = 192
-# The backward's plain-pointer steps (preprocess, convert) and its dQ workspace take the head
-# dim as it is: it serves no padded one.
-BWD_HEAD_DIMS = (64, 128)
+# Backward head dims: 96 runs on 128-wide tiles, as the forward's (its plain-pointer steps, the
+# dQ accumulator and the dK/dV stores take the head dim itself, D, beside the tile's HEAD_DIM).
+BWD_HEAD_DIMS = (64, 96, 128)
 # Rows per program of the preprocess (Δ, zeroing) and convert kernels: memory-bound, small.
 BWD_ROWS_PER_PROGRAM = 64
 BWD_KEYS_PER_PROGRAM = 128   # dK/dV: 64 per consumer (bwd.HALF_N)
@@ -143,7 +143,8 @@ def _step(name, kernel, words, grid, constexprs, maps=()) -> Step:
 
 def _bwd_steps(key: FunctionalKey, config) -> tuple[Step, ...]:
     """preprocess, dK/dV (with the atomic dQ when fast), then convert (fast) or dQ (det)."""
-    d, m, det = key.head_dim, config["M"], bool(config["det"])
+    d, m, det = tile_dim(key.head_dim), config["M"], bool(config["det"])
+    dims = {"HEAD_DIM": d, "D": key.head_dim}
     rows = BWD_ROWS_PER_PROGRAM
     per_q_rows = ((("Sq", rows),), (("B", 1), ("Hq", 1)), ())
     regs = {"CONSUMER_REGS": BWD_CONSUMER_REGS, "LOAD_REGS": BWD_LOAD_REGS}
@@ -151,13 +152,13 @@ def _bwd_steps(key: FunctionalKey, config) -> tuple[Step, ...]:
     # slot and never writes it (ZERO_DQ is off).
     pre_words = {"dq_accum": "delta" if det else "dq_accum"}
     preprocess = _step("bwd_preprocess", attn_bwd_preprocess, pre_words, per_q_rows,
-                       {"HEAD_DIM": d, "BLOCK_M": rows, "ZERO_DQ": not det})
+                       {**dims, "BLOCK_M": rows, "ZERO_DQ": not det})
     dkdv_maps = (_tensor_map("q_desc", "q", m, key), _tensor_map("k_desc", "k", 64, key),
                  _tensor_map("v_desc", "v", 64, key), _tensor_map("do_desc", "do", m, key))
     dkdv_words = {"lse_ptr": "lse", "delta_ptr": "delta", "qk_scale": "sm_scale_log2"}
     dkdv_grid = ((("Sk", BWD_KEYS_PER_PROGRAM),), (("B", 1), ("Hkv", 1)), ())
-    dkdv_consts = {"BLOCK_M": m, "HEAD_DIM": d, "STAGES": config["stages"],
-                   "CAUSAL": key.causal, **regs}
+    dkdv_consts = {"BLOCK_M": m, **dims, "STAGES": config["stages"], "CAUSAL": key.causal,
+                   **regs}
     dkdv_kernel = (attn_bwd_dkdv if det else
                    attn_bwd_dkdv_dq_tma if config.get("tma") else attn_bwd_dkdv_dq_atomic)
     if config.get("tma"):
@@ -170,7 +171,7 @@ def _bwd_steps(key: FunctionalKey, config) -> tuple[Step, ...]:
     dkdv = _step("bwd_dkdv", dkdv_kernel, dkdv_words, dkdv_grid, dkdv_consts, dkdv_maps)
     if not det:
         convert = _step("bwd_dq_convert", attn_bwd_dq_convert, {}, per_q_rows,
-                        {"HEAD_DIM": d, "BLOCK_M": rows})
+                        {**dims, "BLOCK_M": rows})
         return preprocess, dkdv, convert
     n = config["qN"]
     dq_maps = (_tensor_map("q_desc", "q", 64, key), _tensor_map("k_desc", "k", n, key),
@@ -226,8 +227,9 @@ def excluded(arch: str, op: str, key: FunctionalKey, config) -> str | None:
     need = shared_memory_bytes(tile_dim(key.head_dim), config, op)
     if need > SHARED_MEMORY_BYTES:
         return f"needs {need // 1024} KiB shared memory; sm_90 has {SHARED_MEMORY_BYTES // 1024} KiB"
-    if op == "bwd" and bwd_fp32_registers(key.head_dim, config) > BWD_MAX_FP32_REGS:
-        return (f"{bwd_fp32_registers(key.head_dim, config)} fp32 accumulator/score registers "
+    regs = bwd_fp32_registers(tile_dim(key.head_dim), config) if op == "bwd" else 0
+    if regs > BWD_MAX_FP32_REGS:
+        return (f"{regs} fp32 accumulator/score registers "
                 f"per consumer thread would spill (limit {BWD_MAX_FP32_REGS})")
     return None
 

@@ -17,6 +17,8 @@ torch.use_deterministic_algorithms(True)), if one survived.
 """
 from __future__ import annotations
 
+import math
+
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -238,6 +240,33 @@ def render_show(db: TuningDb) -> str:
     nondet = sum(1 for e in db.entries.values() if e.get("deterministic") is False)
     out.append(f"{nondet} of {len(db.entries)} winners are not deterministic (det NO); under "
                "torch.use_deterministic_algorithms(True) their deterministic kernel serves")
+    return "\n".join(out) + "\n"
+
+
+def render_summary(db: TuningDb) -> str:
+    """A markdown table per (op, dtype, head dim, causal): keys, how many the Gluon family won
+    (of them not deterministic), and the winners' speed against the native baseline of their
+    own tuning run (native time / winner time: above 1 is faster), geomean, min, max, and
+    how many keys reach 1.0x. docs/tuning.md quotes it."""
+    groups: dict[tuple, list[dict]] = {}
+    for key, e in db.entries.items():
+        groups.setdefault(key[:4], []).append(e)
+    out = ["| op | dtype | hd | causal | keys | gluon wins (not deterministic) | vs native geomean "
+           "| min | max | keys ≥ 1.0x |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for op, dtype, hd, causal in sorted(groups, key=lambda k: (k[0] != "fwd", k[1] != "bf16",
+                                                               k[2], k[3])):
+        entries = groups[(op, dtype, hd, causal)]
+        ratios = [e["native"]["time_us"] / e["time_us"] for e in entries
+                  if (e.get("native") or {}).get("time_us") and e.get("time_us")]
+        gluon = [e for e in entries if e["family"] == "gluon"]
+        nondet = sum(1 for e in gluon if e.get("deterministic") is False)
+        speed = "- | - | - | -"
+        if ratios:
+            geomean = math.exp(sum(map(math.log, ratios)) / len(ratios))
+            speed = (f"{geomean:.2f} | {min(ratios):.2f} | {max(ratios):.2f} | "
+                     f"{sum(r >= 1.0 for r in ratios)}")
+        out.append(f"| {op} | {dtype} | {hd} | {'yes' if causal else 'no'} | {len(entries)} | "
+                   f"{len(gluon)} ({nondet}) | {speed} |")
     return "\n".join(out) + "\n"
 
 
