@@ -103,10 +103,6 @@ SOURCES = ("tensor", "lse", "workspace", "stride", "size", "head_dim", "sm_scale
 TRANSFORMS = ("none", "bytes")
 # Sources whose value is an integer: they may be scaled (`<word>*<n>`) and be requirement words.
 INTEGER_SOURCES = ("stride", "size", "head_dim", "gqa_group", "lse_stride")
-# Format 2.4: `<workspace>_stride_<b|h|s|d>`, the element stride of a workspace buffer's
-# first, second, ... dim (contiguous float32), so a tensor map may view a workspace buffer
-# (Triton passes the viewed buffer's shape and strides after the descriptor). Like workspace
-# names, these are the kernel's own words, not vocabulary rows.
 CONSTANT_PREFIX = "const:"
 
 
@@ -226,7 +222,10 @@ def parse(name: str) -> ParsedWord:
 
 def workspace_stride(name: str, workspace_names: tuple[str, ...]) -> tuple[str, int] | None:
     """(buffer, dim) of a `<workspace>_stride_<axis>` word, axis b, h, s, d naming dims 0..3;
-    None for any other word."""
+    None for any other word. Format 2.4: the element stride of that dim of the contiguous
+    float32 buffer, which Triton passes after a tensor map over the buffer. Like workspace
+    names, these are the kernel's own words, not vocabulary rows; the runtime refuses one past
+    the buffer's rank."""
     buffer, sep, axis = name.rpartition("_stride_")
     if sep and buffer in workspace_names and axis in AXES:
         return buffer, AXES.index(axis)

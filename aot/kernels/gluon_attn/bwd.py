@@ -557,9 +557,9 @@ def attn_bwd_dkdv_dq_tma(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_ptr, delt
                          STAGES: gl.constexpr, CAUSAL: gl.constexpr,
                          CONSUMER_REGS: gl.constexpr, LOAD_REGS: gl.constexpr):
     """Fast variant: dK, dV, and dQ added into the fp32 accumulator [B, Hq, Sq, D] by TMA
-    reduce-adds through `dq_desc` (boxes of [BLOCK_M, D/2] at head dim >= 128, else [BLOCK_M,
-    D]); the reduce drops a tile's rows past Sq. grid: (cdiv(Sk, 128), B * Hkv); num_warps = 4
-    (consumer 0)."""
+    reduce-adds through `dq_desc` (boxes of [BLOCK_M, HEAD_DIM/2] on 128-wide tiles, else
+    [BLOCK_M, HEAD_DIM]); the reduce drops a tile's rows past Sq and columns past D.
+    grid: (cdiv(Sk, 128), B * Hkv); num_warps = 4 (consumer 0)."""
     _dkdv_program(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_desc, dk, dv,
                   dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
                   Hq, Hkv, Sq, Sk, qk_scale, sm_scale,

@@ -162,8 +162,8 @@ def _bwd_steps(key: FunctionalKey, config) -> tuple[Step, ...]:
     dkdv_kernel = (attn_bwd_dkdv if det else
                    attn_bwd_dkdv_dq_tma if config.get("tma") else attn_bwd_dkdv_dq_atomic)
     if config.get("tma"):
-        # each consumer's dQ share: [M, D/2] at head dim >= 128 (both consumers, every tile),
-        # else [M, D] (one consumer, alternate tiles)
+        # each consumer's dQ share: half the tile's columns on 128-wide tiles (both consumers,
+        # every tile), else all of them (one consumer, alternate tiles)
         block = (1, 1, m, d // 2 if d >= 128 else d)
         dkdv_maps += (TensorMap(name="dq_desc", tensor="dq_accum", block=block,
                                 layout=gl.NVMMASharedLayout.get_default_for(list(block),

@@ -160,7 +160,8 @@ def _check_params(step: dict, ws: tuple[str, ...]) -> list[str]:
             continue
         if typ not in allowed:
             problems.append(f"param {word} has type {typ}, the vocabulary allows {allowed}")
-        elif word not in ws and not abi.workspace_stride(word, ws) and not abi.parse(word).fits(typ):
+        elif (word not in ws and not abi.workspace_stride(word, ws)
+              and not abi.parse(word).fits(typ)):
             problems.append(f"param {word} does not fit its type {typ}")
     for span in step.get("padding", []):
         if not (isinstance(span, list) and len(span) == 2 and all(isinstance(v, int) and v >= 0

@@ -17,9 +17,8 @@ torch.use_deterministic_algorithms(True)), if one survived.
 """
 from __future__ import annotations
 
-import math
-
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
