@@ -50,8 +50,8 @@ class TensorMap:
     what Triton's launcher would.
     """
     name: str                        # the parameter word, e.g. "q_desc"
-    tensor: str                      # an element tensor of attnpack.abi.TENSORS, viewed [b, h, s, d],
-                                     # or (format 2.4) a workspace buffer of the variant
+    tensor: str                      # an element tensor of attnpack.abi.TENSORS, viewed
+                                     # [b, h, s, d], or (format 2.4) a workspace buffer
     block: tuple[int, ...]           # box per axis, outermost first: (1, 1, rows, head_dim)
     layout: Any                      # the shared layout (gluon NVMMASharedLayout) tiles land in
     l2_promotion: int = 128          # bytes; Triton's launcher always asks for 128

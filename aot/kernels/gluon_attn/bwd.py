@@ -79,10 +79,10 @@ def _tma_reduce_add(tensor_desc, coord, src, _semantic=None):
 
 
 @gluon.constexpr_function
-def _dq_share_cols(head_dim):
-    """Columns of dQ one consumer computes per tile: half of them at head dim >= 128 (both
-    consumers, every tile), all of them at 64 (one consumer, alternate tiles)."""
-    return head_dim // 2 if head_dim >= 128 else head_dim
+def _dq_share_cols(tile_dim):
+    """Columns of dQ one consumer computes per tile: half of them on tiles 128 wide (both
+    consumers, every tile), all of them on 64-wide ones (one consumer, alternate tiles)."""
+    return tile_dim // 2 if tile_dim >= 128 else tile_dim
 
 
 @gluon.jit
@@ -303,10 +303,11 @@ def _dq_share(smem, dq_out, t, b, h, m0, slot, Hq, Sq,
               CONSUMER: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr,
               D: gl.constexpr, DQ_ADD: gl.constexpr):
     """dQ of the query tile (rows m0.., head h) from all 128 keys, the part this consumer adds:
-    columns [CONSUMER·D/2, (CONSUMER+1)·D/2) at head dim >= 128, else all of it on every
-    other tile. dQ = dS·K, summed over the two 64-key halves; dSᵀ comes from shared memory
-    (both consumers' halves), K as stored. `dq_out` is the accumulator's tensor descriptor
-    under DQ_TMA, its address under DQ_ATOMIC."""
+    columns [CONSUMER·HEAD_DIM/2, (CONSUMER+1)·HEAD_DIM/2) on 128-wide tiles, else all of it on
+    every other tile (columns past the head dim D are dropped). dQ = dS·K, summed over the two
+    64-key halves; dSᵀ comes from shared memory (both consumers' halves), K as stored.
+    `dq_out` is the accumulator's tensor descriptor under DQ_TMA, its address under
+    DQ_ATOMIC."""
     SPLIT: gl.constexpr = HEAD_DIM >= 128
     DQ_N: gl.constexpr = _dq_share_cols(HEAD_DIM)
     COL0: gl.constexpr = CONSUMER * DQ_N if SPLIT else 0
@@ -342,9 +343,11 @@ def _dq_share(smem, dq_out, t, b, h, m0, slot, Hq, Sq,
 
 @gluon.jit
 def _store_rows(ptr, stride_b, stride_h, stride_s, value, b, h, row0, n_rows,
-                layout: gl.constexpr, ROWS: gl.constexpr, HEAD_DIM: gl.constexpr, D: gl.constexpr):
+                layout: gl.constexpr, ROWS: gl.constexpr, HEAD_DIM: gl.constexpr,
+                D: gl.constexpr):
     """A [ROWS, HEAD_DIM] register tile to global rows row0.. of (b, h), rows past n_rows and
-    columns past the head dim D dropped. Once per program, so the wgmma layout's 4-byte stores are good enough."""
+    columns past the head dim D dropped. Once per program, so the wgmma layout's 4-byte stores
+    are good enough."""
     rows = row0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, layout))
     cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, layout))
     at = (ptr + b.to(gl.int64) * stride_b + h.to(gl.int64) * stride_h
