@@ -1,14 +1,19 @@
 """The Gluon backward (aot/kernels/gluon_attn/bwd.py) on the CPU: build, verify, launch specs.
 
 The kernels run on the GPU in tests/gpu/test_gluon_bwd.py. Here: every declared backward
-variant compiles for sm_90 with no register spills (no stack frame) and within sm_90's 227 KiB
-of shared memory; `verify` finds no problem and no warning; the launch specs hold the steps
-and workspace each variant declares (the fast one's fp32 dQ accumulator is [B, Hq, Sq, D], the
-deterministic one has none); and the recording driver carves that workspace and passes each
-buffer to the steps that take it.
+variant compiles for sm_90 with no register spills (no stack frame; SPILL_ALLOWED names the one
+exception) and within sm_90's 227 KiB of shared memory; `verify` finds no problem; the launch
+specs hold the steps, workspace and tensor maps each variant declares (the fast one's fp32 dQ
+accumulator is [B, Hq, Sq, D], the deterministic one has none); the recording driver carves
+that workspace and passes each buffer, or a tensor map over it, to the steps that take it;
+head dim 96 runs on 128-wide tiles; and the fast kernels' SASS adds dQ the way their config
+says (TMA reduce-adds or atomics).
 """
 import math
+import re
 import struct
+import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -183,3 +188,33 @@ def test_head_dim_96_runs_on_128_wide_tiles(bwd_archive):
     assert (q_map["dims"], q_map["box"]) == ([D, Sq, Hq, B], [64, 64, 1, 1])
     assert (acc_map["dims"], acc_map["box"], acc_map["strides"]) == \
         ([D, Sq, Hq, B], [32, 64, 1, 1], [D * 4, Sq * D * 4, Hq * Sq * D * 4])
+
+
+def test_fast_variants_add_dq_the_way_they_declare(bwd_archive, tmp_path):
+    """In the SASS of every fast dK/dV kernel: the tma1 ones add dQ with TMA reduce-adds
+    (UTMAREDG) and no global atomics; the others with fp32 atomics (REDG.E.ADD.F32) and no TMA
+    reduce. Disassembled with the cuobjdump Triton ships."""
+    import triton
+    cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    if not cuobjdump.is_file():
+        pytest.skip(f"no cuobjdump in the triton package ({cuobjdump})")
+    ar = read_archive(bwd_archive)
+    seen = {"tma": 0, "atomic": 0}
+    for kernel in ar.kernels:
+        if "det0" not in kernel["name"]:
+            continue
+        dkdv = kernel["steps"][1]
+        cubin = tmp_path / "dkdv.cubin"
+        cubin.write_bytes(ar.image(dkdv["image"]))
+        sass = subprocess.run([str(cuobjdump), "-sass", str(cubin)], capture_output=True,
+                              text=True, check=True).stdout
+        reduces = len(re.findall(r"\bUTMAREDG\b", sass))
+        atomics = len(re.findall(r"\bREDG\.E\.ADD\.F32", sass))
+        if kernel["name"].endswith("_tma1"):
+            assert reduces > 0 and atomics == 0, (kernel["name"], reduces, atomics)
+            seen["tma"] += 1
+        else:
+            assert atomics > 0 and reduces == 0, (kernel["name"], reduces, atomics)
+            seen["atomic"] += 1
+    # 2 stage counts x (fp16, bf16) x (64, 96, 128) x (full, causal) of each
+    assert seen == {"tma": 24, "atomic": 24}
