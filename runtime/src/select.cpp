@@ -20,10 +20,11 @@ std::string stride_word(int tensor, int axis) {
 std::string tensormap_mismatch(const TensorMapPlan& map, const KernelPlan& plan, const Problem& problem) {
   if (map.buffer.kind == BufferRef::Workspace) {
     const std::vector<WorkspaceExtent>& shape = plan.workspace_shapes[map.buffer.index];
-    if (!shape.empty() && workspace_extent(problem, shape.back()) * 4 % 16 != 0) {
+    const int64_t row_bytes = shape.empty() ? 0 : workspace_extent(problem, shape.back()) * 4;
+    if (row_bytes % 16 != 0) {
       return "workspace " + plan.record->workspace[map.buffer.index].name + "'s rows are " +
-             std::to_string(workspace_extent(problem, shape.back()) * 4) +
-             " bytes, not a multiple of 16 (tensor map " + map.record->param + ")";
+             std::to_string(row_bytes) + " bytes, not a multiple of 16 (tensor map " +
+             map.record->param + ")";
     }
     return "";
   }

@@ -79,9 +79,10 @@ def _tma_reduce_add(tensor_desc, coord, src, _semantic=None):
 
 
 @gluon.constexpr_function
-def _dq_share_cols(tile_dim):
+def dq_share_cols(tile_dim):
     """Columns of dQ one consumer computes per tile: half of them on tiles 128 wide (both
-    consumers, every tile), all of them on 64-wide ones (one consumer, alternate tiles)."""
+    consumers, every tile), all of them on 64-wide ones (one consumer, alternate tiles). Also
+    the family's rule for the tma1 staging tile and its tensor map's box (family.py)."""
     return tile_dim // 2 if tile_dim >= 128 else tile_dim
 
 
@@ -309,7 +310,7 @@ def _dq_share(smem, dq_out, t, b, h, m0, slot, Hq, Sq,
     `dq_out` is the accumulator's tensor descriptor under DQ_TMA, its address under
     DQ_ATOMIC."""
     SPLIT: gl.constexpr = HEAD_DIM >= 128
-    DQ_N: gl.constexpr = _dq_share_cols(HEAD_DIM)
+    DQ_N: gl.constexpr = dq_share_cols(HEAD_DIM)
     COL0: gl.constexpr = CONSUMER * DQ_N if SPLIT else 0
     dq_layout: gl.constexpr = _nvmma(DQ_N)
     mine = t % 2 == CONSUMER

@@ -39,7 +39,7 @@ from attnpack.family import FamilySpec, FunctionalKey, Step, TensorMap, Workspac
 from attnpack.targets import TARGETS
 
 from .bwd import (attn_bwd_dkdv, attn_bwd_dkdv_dq_atomic, attn_bwd_dkdv_dq_tma, attn_bwd_dq,
-                  attn_bwd_dq_convert, attn_bwd_preprocess)
+                  attn_bwd_dq_convert, attn_bwd_preprocess, dq_share_cols)
 from .fwd import attn_fwd_pingpong
 
 SHARED_MEMORY_BYTES = TARGETS["sm_90"].shared_bytes
@@ -164,7 +164,7 @@ def _bwd_steps(key: FunctionalKey, config) -> tuple[Step, ...]:
     if config.get("tma"):
         # each consumer's dQ share: half the tile's columns on 128-wide tiles (both consumers,
         # every tile), else all of them (one consumer, alternate tiles)
-        block = (1, 1, m, d // 2 if d >= 128 else d)
+        block = (1, 1, m, dq_share_cols(d))
         dkdv_maps += (TensorMap(name="dq_desc", tensor="dq_accum", block=block,
                                 layout=gl.NVMMASharedLayout.get_default_for(list(block),
                                                                             gl.float32)),)
@@ -210,7 +210,7 @@ def shared_memory_bytes(head_dim: int, config, op: str = "fwd") -> int:
     if not config["det"]:
         dkdv += 2 * (2 * BWD_KEYS_PER_PROGRAM * m)
     if config.get("tma"):
-        dkdv += 4 * 2 * m * (head_dim // 2 if head_dim >= 128 else head_dim)
+        dkdv += 4 * 2 * m * dq_share_cols(head_dim)
     q_stages = config.get("qS", stages)
     dq = 2 * head_dim * (4 * 64 + 2 * q_stages * config["qN"]) if config["det"] else 0
     return max(dkdv, dq) + 1024
