@@ -1,7 +1,7 @@
-"""A/B of the same kernels built from two or more source trees: every forward kernel name that
-all the given archives hold for a shape's key is run from each archive, on the same tensors,
-and timed in alternating order (A B C, then C B A), so drift over the run falls on every side
-alike.
+"""A/B of the same kernels built from two or more source trees: every forward (or, with
+`--op bwd`, backward) kernel name that all the given archives hold for a shape's key is run from
+each archive, on the same tensors, and timed in alternating order (A B C, then C B A), so drift
+over the run falls on every side alike.
 
     PYTHONPATH=python python3 bench/kernel_ab.py --archive before=a.apk --archive after=b.apk \\
         --shapes bench/shapes.json --shapes bench/model_shapes.json --json ab.json
@@ -10,8 +10,9 @@ The older side is built from a copy of aot/ that holds the older kernel source:
 `attnpack build --arch sm_90 --all --family gluon --kernels /tmp/old-aot/kernels -o old/`.
 
 Rows with one query (decode) are skipped: this compares prefill kernels. Before timing, each
-kernel's O is compared with cuDNN's; a kernel off by more than --max-diff is reported as wrong
-and not timed. Timing is attnpack.bench's (warm-up, L2 flush, CUDA events, median). Per shape,
+kernel's O is compared with cuDNN's (a backward's dQ, dK and dV with cuDNN's gradients, relative
+to the largest of each; its O and LSE come from PyTorch's flash forward); a kernel off by more
+than --max-diff is reported as wrong and not timed. Timing is attnpack.bench's (warm-up, L2 flush, CUDA events, median). Per shape,
 it prints each side's fastest kernel in TFLOP/s, that rate over the first side's, and the
 geomean over kernels of the per-kernel time ratio (first side's time over this side's: above 1
 this side is faster); cuDNN's rate in the same run is the reference column.
@@ -32,7 +33,7 @@ from triton_family import cudnn_output  # noqa: E402
 
 from attnpack import runtime as rt  # noqa: E402
 from attnpack.archive import read_archive  # noqa: E402
-from attnpack.bench.measure import backend, make_inputs, time_op  # noqa: E402
+from attnpack.bench.measure import backend, make_inputs, sdpa_call, time_op  # noqa: E402
 from attnpack.bench.shapes import load_shape_file, shape_flops  # noqa: E402
 from attnpack.bench.timing import Timer  # noqa: E402
 from attnpack.bench.report import geomean  # noqa: E402
@@ -45,33 +46,69 @@ def _side(spec: str) -> tuple[str, Path]:
     return name, Path(path)
 
 
-def _fwd_names(path: Path) -> dict[tuple, list[str]]:
-    """Forward kernel names of an archive by (dtype, head_dim, causal)."""
+def _names(path: Path, op: str) -> dict[tuple, list[str]]:
+    """Kernel names of `op` in an archive by (dtype, head_dim, causal)."""
     names: dict[tuple, list[str]] = {}
     for rec in read_archive(path).kernels:
-        if rec["op"] == "fwd":
+        if rec["op"] == op:
             key = rec["key"]
             names.setdefault((key["dtype"], key["head_dim"], key["causal"]), []).append(rec["name"])
     return names
 
 
-def compare_shape(shape, sides, bundles, names, timer: Timer, max_diff: float) -> dict | None:
+def _flash_forward(shape, q, k, v, scale):
+    """O and LSE (natural log, float32 [B, Hq, Sq]) from PyTorch's flash forward, K and V
+    repeated for grouped-query heads."""
+    group = q.shape[1] // k.shape[1]
+    k, v = (t.repeat_interleave(group, dim=1) for t in (k, v))
+    o, lse = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, shape.causal,
+                                                                 scale=scale)[:2]
+    return o, lse
+
+
+def _backward_runs(shape, q, k, v, do, scale):
+    """(run maker, error measure) for backward kernels: each side writes its own gradients;
+    the error is the largest of dQ, dK and dV's max difference from cuDNN's, relative to that
+    gradient's largest element."""
+    o, lse = _flash_forward(shape, q, k, v, scale)
+    with backend("cudnn"):
+        want = sdpa_call("bwd", q, k, v, do, shape.causal)()
+
+    def make(bundle, kernel):
+        grads = [torch.empty_like(t) for t in (q, k, v)]
+        run = lambda: rt.backward(bundle, do, q, k, v, o, lse, causal=shape.causal, scale=scale,
+                                  dq=grads[0], dk=grads[1], dv=grads[2], kernel=kernel)
+        return run, grads
+
+    def error(grads):
+        return max(((g.float() - w.float()).abs().max() / w.float().abs().max()).item()
+                   for g, w in zip(grads, want))
+    return make, error
+
+
+def compare_shape(shape, sides, bundles, names, timer: Timer, max_diff: float,
+                  op: str = "fwd") -> dict | None:
     key = (shape.dtype, shape.head_dim, shape.causal)
     common = sorted(set.intersection(*(set(n.get(key, ())) for n in names)))
     if not common:
         return None
     q, k, v, do = tensors = make_inputs(shape)
     scale = 1.0 / math.sqrt(shape.head_dim)
-    want = cudnn_output(shape, q, k, v)
-    flops = shape_flops(shape, "fwd")
+    if op == "fwd":
+        want = cudnn_output(shape, q, k, v)
+        make = lambda bundle, kernel: runtime_fwd(bundle, q, k, v, shape.causal, scale, kernel)
+        error = lambda o: (o.float() - want.float()).abs().max().item()
+    else:
+        make, error = _backward_runs(shape, q, k, v, do, scale)
+    flops = shape_flops(shape, op)
     row = {"shape": shape.label, "tflops": {s: {} for s in sides}, "wrong": {}}
     runs = {}
     for kernel in common:
         for side in sides:
-            run, o = runtime_fwd(bundles[side], q, k, v, shape.causal, scale, kernel)
+            run, out = make(bundles[side], kernel)
             run()
             torch.cuda.synchronize()
-            diff = (o.float() - want.float()).abs().max().item()
+            diff = error(out)
             if not diff <= max_diff:  # NaN fails too
                 row["wrong"][f"{side}:{kernel}"] = diff
             else:
@@ -85,7 +122,7 @@ def compare_shape(shape, sides, bundles, names, timer: Timer, max_diff: float) -
         for side, times in ms.items():
             row["tflops"][side][kernel] = flops / (sum(times) / len(times)) / 1e9
     with backend("cudnn"):
-        timing = time_op("cudnn", "fwd", shape, tensors, timer)
+        timing = time_op("cudnn", op, shape, tensors, timer)
     row["cudnn"] = flops / timing["ms"] / 1e9 if "ms" in timing else None
     return row
 
@@ -110,6 +147,7 @@ def main(argv=None):
     ap.add_argument("--archive", type=_side, action="append", required=True,
                     help="NAME=PATH, two or more; the first is the baseline")
     ap.add_argument("--shapes", type=Path, action="append", required=True)
+    ap.add_argument("--op", choices=("fwd", "bwd"), default="fwd")
     ap.add_argument("--kernel-filter", default="", help="only kernel names containing this")
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--reps", type=int, default=20)
@@ -119,8 +157,8 @@ def main(argv=None):
     if len(args.archive) < 2:
         ap.error("give at least two --archive NAME=PATH")
     sides = [name for name, _ in args.archive]
-    names = [{k: [n for n in v if args.kernel_filter in n] for k, v in _fwd_names(p).items()}
-             for _, p in args.archive]
+    names = [{k: [n for n in v if args.kernel_filter in n]
+              for k, v in _names(p, args.op).items()} for _, p in args.archive]
     timer = Timer(reps=args.reps, warmup=args.warmup)
     bundles = {name: rt.Bundle(path) for name, path in args.archive}
     rows = []
@@ -129,7 +167,8 @@ def main(argv=None):
             for shape in load_shape_file(path):
                 if shape.seqlen_q == 1:
                     continue
-                row = compare_shape(shape, sides, bundles, names, timer, args.max_diff)
+                row = compare_shape(shape, sides, bundles, names, timer, args.max_diff,
+                                    args.op)
                 if row is not None:
                     rows.append(row)
                     print_row(row, sides)

@@ -63,13 +63,40 @@ def _work(B, Hq, Sq, BLOCK_M: gl.constexpr, PERSISTENT: gl.constexpr):
     return first, end, step, row_blocks
 
 
+# A persistent program walks the work tiles in groups of heads whose K and V together take about
+# this much of the H200's 50 MiB L2, so the programs running side by side reuse them.
+L2_GROUP_BYTES = gl.constexpr(32 * 1024 * 1024)
+
+
 @gluon.jit
-def _tile(tile, row_blocks, Hq, BLOCK_M: gl.constexpr):
-    """(b, h, first query row) of a work tile. A head's row blocks are consecutive, so programs
-    running side by side share its K/V in L2, and the last (under causal the longest) comes
-    first, so a persistent program ends on short tiles."""
-    bh = tile // row_blocks
-    row_block = row_blocks - 1 - tile % row_blocks
+def _tile(tile, row_blocks, B, Hq, Sk, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr,
+          PERSISTENT: gl.constexpr):
+    """(b, h, first query row) of a work tile.
+
+    One program per work tile: tile = bh * row_blocks + (row_blocks - 1 - row block), so a
+    head's row blocks are consecutive and the last (under causal the longest) comes first; the
+    hardware hands out programs as others finish, which balances them.
+
+    Persistent: programs take tiles round-robin, so the order must balance them itself. Heads go
+    in groups of `group` (K and V of a group fit L2_GROUP_BYTES); within a group every head's last
+    row block comes first, then every head's second-to-last, and so on. Round-robin over tiles
+    sorted longest first gives each program a near-equal share of causal work. A head-major order
+    did not: where the program count (132 on an H200) is a multiple of the row-block count (2 or
+    4 at sequence length 256 or 512) a program met the same row block in every head, so under
+    causal one program had up to 4x another's work."""
+    if PERSISTENT:
+        # K and V of one query head, 16-bit: 2 * Sk * HEAD_DIM * 2 bytes
+        group = gl.minimum(gl.maximum(L2_GROUP_BYTES // (4 * HEAD_DIM) // Sk, 1), B * Hq)
+        group_tiles = group * row_blocks
+        g = tile // group_tiles
+        in_group = tile - g * group_tiles
+        heads = gl.minimum(group, B * Hq - g * group)  # the last group may be short
+        rank = in_group // heads
+        bh = g * group + (in_group - rank * heads)
+        row_block = row_blocks - 1 - rank
+    else:
+        bh = tile // row_blocks
+        row_block = row_blocks - 1 - tile % row_blocks
     return bh // Hq, bh % Hq, row_block * (2 * BLOCK_M)
 
 
@@ -124,22 +151,23 @@ def _load(q_desc, k_desc, v_desc, smem, bars, B, Hq, Hkv, Sq, Sk,
         it = 0     # work tiles so far
         for tile in range(first, end, step):
             count = _load_tile(q_desc, k_desc, v_desc, smem, bars, tile, row_blocks, count, it,
-                               Hq, Hkv, Sk, BLOCK_M, BLOCK_N, STAGES, CAUSAL)
+                               B, Hq, Hkv, Sk, BLOCK_M, BLOCK_N, STAGES, CAUSAL, PERSISTENT)
             it += 1
     else:
-        _load_tile(q_desc, k_desc, v_desc, smem, bars, first, row_blocks, 0, 0, Hq, Hkv, Sk,
-                   BLOCK_M, BLOCK_N, STAGES, CAUSAL)
+        _load_tile(q_desc, k_desc, v_desc, smem, bars, first, row_blocks, 0, 0, B, Hq, Hkv, Sk,
+                   BLOCK_M, BLOCK_N, STAGES, CAUSAL, PERSISTENT)
 
 
 @gluon.jit
-def _load_tile(q_desc, k_desc, v_desc, smem, bars, tile, row_blocks, count, it, Hq, Hkv, Sk,
+def _load_tile(q_desc, k_desc, v_desc, smem, bars, tile, row_blocks, count, it, B, Hq, Hkv, Sk,
                BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-               CAUSAL: gl.constexpr):
+               CAUSAL: gl.constexpr, PERSISTENT: gl.constexpr):
     """Loads of the `it`-th work tile after `count` K/V tiles; returns the new count."""
     q_bytes: gl.constexpr = q_desc.block_type.nbytes
     k_bytes: gl.constexpr = k_desc.block_type.nbytes
     v_bytes: gl.constexpr = v_desc.block_type.nbytes
-    b, h, start = _tile(tile, row_blocks, Hq, BLOCK_M)
+    b, h, start = _tile(tile, row_blocks, B, Hq, Sk, BLOCK_M, k_desc.block_type.shape[3],
+                        PERSISTENT)
     kv_h = h // (Hq // Hkv)
     n_tiles = _kv_tiles(start, Sk, BLOCK_M, BLOCK_N, CAUSAL)
     for j in range(n_tiles):
@@ -380,16 +408,17 @@ def _consume(o_desc, lse_ptr, smem, bars, B, Hq, Sq, Sk, sm_scale,
         it = 0     # work tiles so far
         for tile in range(first, end, step):
             n_tiles = _consume_tile(o_desc, lse_ptr, smem, bars, tile, row_blocks, count, it,
-                                    Hq, Sq, Sk, sm_scale, s_layout, o_layout, p_layout,
-                                    CONSUMER, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP)
+                                    B, Hq, Sq, Sk, sm_scale, s_layout, o_layout, p_layout,
+                                    CONSUMER, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP,
+                                    PERSISTENT)
             count += n_tiles
             it += 1
     else:
         # One work tile, and no loop around it: loop-carried counters would cost registers
         # that the overlapped schedule at head dim 128 does not have to spare.
         _consume_tile(o_desc, lse_ptr, smem, bars, first, row_blocks, 0, 0,
-                      Hq, Sq, Sk, sm_scale, s_layout, o_layout, p_layout,
-                      CONSUMER, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP)
+                      B, Hq, Sq, Sk, sm_scale, s_layout, o_layout, p_layout,
+                      CONSUMER, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP, PERSISTENT)
     if CONSUMER == 0:
         # Both consumers took the same number of turns, so consumer 1's last pass (or, with
         # no work tile, its first) is still pending on consumer 0's barrier: take it, and leave
@@ -399,14 +428,14 @@ def _consume(o_desc, lse_ptr, smem, bars, B, Hq, Sq, Sk, sm_scale,
 
 
 @gluon.jit
-def _consume_tile(o_desc, lse_ptr, smem, bars, tile, row_blocks, count, it, Hq, Sq, Sk, sm_scale,
-                  s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr,
-                  CONSUMER: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                  HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                  OVERLAP: gl.constexpr):
+def _consume_tile(o_desc, lse_ptr, smem, bars, tile, row_blocks, count, it, B, Hq, Sq, Sk,
+                  sm_scale, s_layout: gl.constexpr, o_layout: gl.constexpr,
+                  p_layout: gl.constexpr, CONSUMER: gl.constexpr, BLOCK_M: gl.constexpr,
+                  BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
+                  CAUSAL: gl.constexpr, OVERLAP: gl.constexpr, PERSISTENT: gl.constexpr):
     """One work tile of one consumer, the `it`-th it serves, after `count` K/V tiles; returns
     how many K/V tiles it took."""
-    b, h, start = _tile(tile, row_blocks, Hq, BLOCK_M)
+    b, h, start = _tile(tile, row_blocks, B, Hq, Sk, BLOCK_M, HEAD_DIM, PERSISTENT)
     n_tiles = _kv_tiles(start, Sk, BLOCK_M, BLOCK_N, CAUSAL)
     row0 = start + CONSUMER * BLOCK_M
     mbarrier.wait(bars.q_ready.index(CONSUMER), it & 1)
