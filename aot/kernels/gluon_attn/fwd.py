@@ -7,9 +7,10 @@ A work tile is 2 * BLOCK_M query rows of one (batch, head). Three partitions sha
     consumer1 4 warps    rows [start + BLOCK_M, start + 2 * BLOCK_M)
 
 Without PERSISTENT the grid is (row blocks, B * Hq) and a program serves one work tile. With
-it the grid is one program per SM, striding over all work tiles: the loader fetches the next
-tile's K/V and Q while the consumers finish the last one, and O leaves through its own shared
-buffer, so a tile's epilogue overlaps the next tile's loads.
+it the grid is one program per SM, striding over work units of two tiles that cost the same
+under causal (_unit_tiles): the loader fetches the next tile's K/V and Q while the consumers
+finish the last one, and O leaves through its own shared buffer, so a tile's epilogue overlaps
+the next tile's loads.
 
 The consumers ping-pong: a consumer issues its tensor-core work (QKᵀ of tile j, PV of tile
 j - 1) only while it holds the "turn" (a named hardware barrier per consumer, _take_turn and
@@ -51,52 +52,51 @@ def _kv_tiles(start, Sk, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: g
 
 @gluon.jit
 def _work(B, Hq, Sq, BLOCK_M: gl.constexpr, PERSISTENT: gl.constexpr):
-    """(first, end, step, row_blocks): this program serves work tiles range(first, end, step)."""
+    """(first, end, step, row_blocks): this program serves work units range(first, end, step),
+    each of _unit_tiles work tiles."""
     row_blocks = gl.cdiv(Sq, 2 * BLOCK_M)
-    end = row_blocks * B * Hq
     if PERSISTENT:
         first = gl.program_id(0)
         step = gl.num_programs(0)
+        end = (row_blocks + 1) // 2 * B * Hq
     else:
         first = gl.program_id(1) * row_blocks + (row_blocks - 1 - gl.program_id(0))
+        end = row_blocks * B * Hq
         step = end
     return first, end, step, row_blocks
 
 
-# A persistent program walks the work tiles in groups of heads whose K and V together take about
-# this much of the H200's 50 MiB L2, so the programs running side by side reuse them.
-L2_GROUP_BYTES = gl.constexpr(32 * 1024 * 1024)
+@gluon.jit
+def _unit_tiles(unit, row_blocks, PERSISTENT: gl.constexpr):
+    """Work tiles in a unit. Persistent programs take units round-robin, so every unit must
+    cost the same: one pairs row block i of a head with row block row_blocks - 1 - i, which
+    under causal visit i + 1 and row_blocks - i key-tile spans, row_blocks + 1 together (the
+    middle row block of an odd count is a unit alone). Taking single row blocks round-robin
+    did not balance: where the program count (132 on an H200) is a multiple of the row-block
+    count (2 or 4 at sequence length 256 or 512) a program met the same row block in every head
+    it visited, so under causal one program had up to 4x another's work. Without PERSISTENT a
+    unit is one tile, and the hardware balances programs by handing out the next as one ends."""
+    if PERSISTENT:
+        i = unit % ((row_blocks + 1) // 2)
+        return 2 - (2 * i + 1 == row_blocks).to(gl.int32)
+    else:
+        return 1
 
 
 @gluon.jit
-def _tile(tile, row_blocks, B, Hq, Sk, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr,
-          PERSISTENT: gl.constexpr):
-    """(b, h, first query row) of a work tile.
-
-    One program per work tile: tile = bh * row_blocks + (row_blocks - 1 - row block), so a
-    head's row blocks are consecutive and the last (under causal the longest) comes first; the
-    hardware hands out programs as others finish, which balances them.
-
-    Persistent: programs take tiles round-robin, so the order must balance them itself. Heads go
-    in groups of `group` (K and V of a group fit L2_GROUP_BYTES); within a group every head's last
-    row block comes first, then every head's second-to-last, and so on. Round-robin over tiles
-    sorted longest first gives each program a near-equal share of causal work. A head-major order
-    did not: where the program count (132 on an H200) is a multiple of the row-block count (2 or
-    4 at sequence length 256 or 512) a program met the same row block in every head, so under
-    causal one program had up to 4x another's work."""
+def _tile(unit, half, row_blocks, Hq, BLOCK_M: gl.constexpr, PERSISTENT: gl.constexpr):
+    """(b, h, first query row) of a unit's tile `half`. A head's units (or tiles) are
+    consecutive, so programs running side by side share its K/V in L2, and a unit's longer row
+    block (under causal) comes first. Without PERSISTENT, unit = bh * row_blocks +
+    (row_blocks - 1 - row block)."""
     if PERSISTENT:
-        # K and V of one query head, 16-bit: 2 * Sk * HEAD_DIM * 2 bytes
-        group = gl.minimum(gl.maximum(L2_GROUP_BYTES // (4 * HEAD_DIM) // Sk, 1), B * Hq)
-        group_tiles = group * row_blocks
-        g = tile // group_tiles
-        in_group = tile - g * group_tiles
-        heads = gl.minimum(group, B * Hq - g * group)  # the last group may be short
-        rank = in_group // heads
-        bh = g * group + (in_group - rank * heads)
-        row_block = row_blocks - 1 - rank
+        per_head = (row_blocks + 1) // 2
+        bh = unit // per_head
+        i = unit % per_head
+        row_block = i + (1 - half) * (row_blocks - 1 - 2 * i)  # half 0: row_blocks - 1 - i
     else:
-        bh = tile // row_blocks
-        row_block = row_blocks - 1 - tile % row_blocks
+        bh = unit // row_blocks
+        row_block = row_blocks - 1 - unit % row_blocks
     return bh // Hq, bh % Hq, row_block * (2 * BLOCK_M)
 
 
@@ -149,25 +149,27 @@ def _load(q_desc, k_desc, v_desc, smem, bars, B, Hq, Hkv, Sq, Sk,
     if PERSISTENT:
         count = 0  # K/V tiles loaded so far: ring slots and phases run on across work tiles
         it = 0     # work tiles so far
-        for tile in range(first, end, step):
-            count = _load_tile(q_desc, k_desc, v_desc, smem, bars, tile, row_blocks, count, it,
-                               B, Hq, Hkv, Sk, BLOCK_M, BLOCK_N, STAGES, CAUSAL, PERSISTENT)
-            it += 1
+        for unit in range(first, end, step):
+            for half in range(_unit_tiles(unit, row_blocks, PERSISTENT)):
+                b, h, start = _tile(unit, half, row_blocks, Hq, BLOCK_M, PERSISTENT)
+                count = _load_tile(q_desc, k_desc, v_desc, smem, bars, b, h, start, count, it,
+                                   Hq, Hkv, Sk, BLOCK_M, BLOCK_N, STAGES, CAUSAL)
+                it += 1
     else:
-        _load_tile(q_desc, k_desc, v_desc, smem, bars, first, row_blocks, 0, 0, B, Hq, Hkv, Sk,
-                   BLOCK_M, BLOCK_N, STAGES, CAUSAL, PERSISTENT)
+        b, h, start = _tile(first, 0, row_blocks, Hq, BLOCK_M, PERSISTENT)
+        _load_tile(q_desc, k_desc, v_desc, smem, bars, b, h, start, 0, 0, Hq, Hkv, Sk,
+                   BLOCK_M, BLOCK_N, STAGES, CAUSAL)
 
 
 @gluon.jit
-def _load_tile(q_desc, k_desc, v_desc, smem, bars, tile, row_blocks, count, it, B, Hq, Hkv, Sk,
+def _load_tile(q_desc, k_desc, v_desc, smem, bars, b, h, start, count, it, Hq, Hkv, Sk,
                BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-               CAUSAL: gl.constexpr, PERSISTENT: gl.constexpr):
-    """Loads of the `it`-th work tile after `count` K/V tiles; returns the new count."""
+               CAUSAL: gl.constexpr):
+    """Loads of the `it`-th work tile, (b, h, rows from start), after `count` K/V tiles;
+    returns the new count."""
     q_bytes: gl.constexpr = q_desc.block_type.nbytes
     k_bytes: gl.constexpr = k_desc.block_type.nbytes
     v_bytes: gl.constexpr = v_desc.block_type.nbytes
-    b, h, start = _tile(tile, row_blocks, B, Hq, Sk, BLOCK_M, k_desc.block_type.shape[3],
-                        PERSISTENT)
     kv_h = h // (Hq // Hkv)
     n_tiles = _kv_tiles(start, Sk, BLOCK_M, BLOCK_N, CAUSAL)
     for j in range(n_tiles):
@@ -406,19 +408,22 @@ def _consume(o_desc, lse_ptr, smem, bars, B, Hq, Sq, Sk, sm_scale,
     if PERSISTENT:
         count = 0  # K/V tiles (and turns) taken so far
         it = 0     # work tiles so far
-        for tile in range(first, end, step):
-            n_tiles = _consume_tile(o_desc, lse_ptr, smem, bars, tile, row_blocks, count, it,
-                                    B, Hq, Sq, Sk, sm_scale, s_layout, o_layout, p_layout,
-                                    CONSUMER, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP,
-                                    PERSISTENT)
-            count += n_tiles
-            it += 1
+        for unit in range(first, end, step):
+            for half in range(_unit_tiles(unit, row_blocks, PERSISTENT)):
+                b, h, start = _tile(unit, half, row_blocks, Hq, BLOCK_M, PERSISTENT)
+                n_tiles = _consume_tile(o_desc, lse_ptr, smem, bars, b, h, start, count, it,
+                                        Hq, Sq, Sk, sm_scale, s_layout, o_layout, p_layout,
+                                        CONSUMER, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL,
+                                        OVERLAP)
+                count += n_tiles
+                it += 1
     else:
         # One work tile, and no loop around it: loop-carried counters would cost registers
         # that the overlapped schedule at head dim 128 does not have to spare.
-        _consume_tile(o_desc, lse_ptr, smem, bars, first, row_blocks, 0, 0,
-                      B, Hq, Sq, Sk, sm_scale, s_layout, o_layout, p_layout,
-                      CONSUMER, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP, PERSISTENT)
+        b, h, start = _tile(first, 0, row_blocks, Hq, BLOCK_M, PERSISTENT)
+        _consume_tile(o_desc, lse_ptr, smem, bars, b, h, start, 0, 0,
+                      Hq, Sq, Sk, sm_scale, s_layout, o_layout, p_layout,
+                      CONSUMER, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP)
     if CONSUMER == 0:
         # Both consumers took the same number of turns, so consumer 1's last pass (or, with
         # no work tile, its first) is still pending on consumer 0's barrier: take it, and leave
@@ -428,14 +433,13 @@ def _consume(o_desc, lse_ptr, smem, bars, B, Hq, Sq, Sk, sm_scale,
 
 
 @gluon.jit
-def _consume_tile(o_desc, lse_ptr, smem, bars, tile, row_blocks, count, it, B, Hq, Sq, Sk,
-                  sm_scale, s_layout: gl.constexpr, o_layout: gl.constexpr,
-                  p_layout: gl.constexpr, CONSUMER: gl.constexpr, BLOCK_M: gl.constexpr,
-                  BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
-                  CAUSAL: gl.constexpr, OVERLAP: gl.constexpr, PERSISTENT: gl.constexpr):
-    """One work tile of one consumer, the `it`-th it serves, after `count` K/V tiles; returns
-    how many K/V tiles it took."""
-    b, h, start = _tile(tile, row_blocks, B, Hq, Sk, BLOCK_M, HEAD_DIM, PERSISTENT)
+def _consume_tile(o_desc, lse_ptr, smem, bars, b, h, start, count, it, Hq, Sq, Sk, sm_scale,
+                  s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr,
+                  CONSUMER: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+                  HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                  OVERLAP: gl.constexpr):
+    """One work tile of one consumer, (b, h, rows from start), the `it`-th it serves, after
+    `count` K/V tiles; returns how many K/V tiles it took."""
     n_tiles = _kv_tiles(start, Sk, BLOCK_M, BLOCK_N, CAUSAL)
     row0 = start + CONSUMER * BLOCK_M
     mbarrier.wait(bars.q_ready.index(CONSUMER), it & 1)
