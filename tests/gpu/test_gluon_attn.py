@@ -160,3 +160,34 @@ def test_forward_and_triton_backward_match_math_sdpa(archives, B, Hq, Hkv, Sq, S
                             * max(want.abs().max().item(), family_check.MIN_SCALE))
                 report[label] = f"{err:.2e} (theirs {their_err:.2e})"
                 assert err <= bound, f"{label}: error {err:.3e} > bound {bound:.3e}; {report}"
+
+
+# Persistent programs take work units round-robin; a unit pairs row block i of a head with
+# row block R-1-i (fwd._unit_tiles), and the middle one of an odd R is a unit alone. These
+# shapes have odd and even R above 1 (S 384, 640: R 3, 5; S 1024: R 8) and more units than an
+# H200 has programs, so every program serves several units across heads and batches.
+@pytest.mark.parametrize("B,Hq,Hkv,S", [(5, 7, 7, 640), (3, 8, 2, 384), (9, 16, 4, 1024)])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("D", [64, 128])
+def test_persistent_units_cover_every_row_block(archives, B, Hq, Hkv, S, causal, D):
+    gluon, _ = archives
+    torch.manual_seed(B * S + Hq + D)
+    q = torch.randn(B, Hq, S, D, device="cuda", dtype=torch.bfloat16)
+    k, v = (torch.randn(B, Hkv, S, D, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    scale = 1.0 / math.sqrt(D)
+    ref = family_check.reference(q, k, v, torch.zeros_like(q), causal, scale)
+    names = [n for n in gluon_kernels(gluon, "bf16", D, causal) if n.endswith("persistent1")]
+    assert names, "no persistent kernel for this key"
+    with rt.Bundle(gluon) as bundle:
+        for name in names:
+            o = torch.full_like(q, float("nan"))  # poisoned: a row block no unit covered fails
+            lse = torch.full(q.shape[:3], float("nan"), device="cuda", dtype=torch.float32)
+            rt.forward(bundle, q, k, v, causal=causal, scale=scale, out=o, lse=lse, kernel=name)
+            torch.cuda.synchronize()
+            o_err = (o.float() - ref[0]).abs().max().item()  # NaN compares False: fails
+            lse_err = (lse - ref[1]).abs().max().item()
+            bound = family_check.FLOOR["bf16"] * max(ref[0].abs().max().item(),
+                                                     family_check.MIN_SCALE)
+            assert o_err <= bound, f"{name}: |O err| {o_err:.3e} > {bound:.3e}"
+            assert lse_err <= family_check.LSE_TOL * max(1.0, ref[1].abs().max().item()), \
+                f"{name}: |LSE err| {lse_err:.3e}"

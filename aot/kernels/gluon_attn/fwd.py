@@ -51,32 +51,34 @@ def _kv_tiles(start, Sk, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: g
 
 
 @gluon.jit
-def _work(B, Hq, Sq, BLOCK_M: gl.constexpr, PERSISTENT: gl.constexpr):
+def _work(B, Hq, Sq, BLOCK_M: gl.constexpr, PERSISTENT: gl.constexpr, CAUSAL: gl.constexpr):
     """(first, end, step, row_blocks): this program serves work units range(first, end, step),
     each of _unit_tiles work tiles."""
     row_blocks = gl.cdiv(Sq, 2 * BLOCK_M)
+    end = row_blocks * B * Hq
     if PERSISTENT:
         first = gl.program_id(0)
         step = gl.num_programs(0)
-        end = (row_blocks + 1) // 2 * B * Hq
+        if CAUSAL:
+            end = (row_blocks + 1) // 2 * B * Hq
     else:
         first = gl.program_id(1) * row_blocks + (row_blocks - 1 - gl.program_id(0))
-        end = row_blocks * B * Hq
         step = end
     return first, end, step, row_blocks
 
 
 @gluon.jit
-def _unit_tiles(unit, row_blocks, PERSISTENT: gl.constexpr):
+def _unit_tiles(unit, row_blocks, PERSISTENT: gl.constexpr, CAUSAL: gl.constexpr):
     """Work tiles in a unit. Persistent programs take units round-robin, so every unit must
-    cost the same: one pairs row block i of a head with row block row_blocks - 1 - i, which
-    under causal visit i + 1 and row_blocks - i key-tile spans, row_blocks + 1 together (the
-    middle row block of an odd count is a unit alone). Taking single row blocks round-robin
-    did not balance: where the program count (132 on an H200) is a multiple of the row-block
-    count (2 or 4 at sequence length 256 or 512) a program met the same row block in every head
-    it visited, so under causal one program had up to 4x another's work. Without PERSISTENT a
-    unit is one tile, and the hardware balances programs by handing out the next as one ends."""
-    if PERSISTENT:
+    cost the same. Under causal one pairs row block i of a head with row block
+    row_blocks - 1 - i: they visit i + 1 and row_blocks - i key-tile spans, row_blocks + 1
+    together (the middle row block of an odd count is a unit alone). Single row blocks
+    round-robin did not balance: where the program count (132 on an H200) is a multiple of the
+    row-block count (2 or 4 at sequence length 256 or 512) a program met the same row block in
+    every head it visited, so one program had up to 4x another's work. Otherwise a unit is one
+    tile: without a mask all cost the same, and without PERSISTENT the hardware balances
+    programs by handing out the next as one ends."""
+    if PERSISTENT and CAUSAL:
         i = unit % ((row_blocks + 1) // 2)
         return 2 - (2 * i + 1 == row_blocks).to(gl.int32)
     else:
@@ -84,12 +86,14 @@ def _unit_tiles(unit, row_blocks, PERSISTENT: gl.constexpr):
 
 
 @gluon.jit
-def _tile(unit, half, row_blocks, Hq, BLOCK_M: gl.constexpr, PERSISTENT: gl.constexpr):
-    """(b, h, first query row) of a unit's tile `half`. A head's units (or tiles) are
-    consecutive, so programs running side by side share its K/V in L2, and a unit's longer row
-    block (under causal) comes first. Without PERSISTENT, unit = bh * row_blocks +
-    (row_blocks - 1 - row block)."""
-    if PERSISTENT:
+def _tile(unit, half, row_blocks, Hq, BLOCK_M: gl.constexpr, PERSISTENT: gl.constexpr,
+          CAUSAL: gl.constexpr):
+    """(b, h, first query row) of a unit's tile `half`. A head's units are consecutive, so
+    programs running side by side share its K/V in L2 (pairing row blocks under causal puts
+    twice as many heads side by side; measured slower without a mask, where nothing needs
+    balancing), and the longer row block comes first. A one-tile unit is
+    bh * row_blocks + (row_blocks - 1 - row block)."""
+    if PERSISTENT and CAUSAL:
         per_head = (row_blocks + 1) // 2
         bh = unit // per_head
         i = unit % per_head
@@ -145,18 +149,18 @@ class FwdBarriers:
 def _load(q_desc, k_desc, v_desc, smem, bars, B, Hq, Hkv, Sq, Sk,
           BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
           CAUSAL: gl.constexpr, PERSISTENT: gl.constexpr):
-    first, end, step, row_blocks = _work(B, Hq, Sq, BLOCK_M, PERSISTENT)
+    first, end, step, row_blocks = _work(B, Hq, Sq, BLOCK_M, PERSISTENT, CAUSAL)
     if PERSISTENT:
         count = 0  # K/V tiles loaded so far: ring slots and phases run on across work tiles
         it = 0     # work tiles so far
         for unit in range(first, end, step):
-            for half in range(_unit_tiles(unit, row_blocks, PERSISTENT)):
-                b, h, start = _tile(unit, half, row_blocks, Hq, BLOCK_M, PERSISTENT)
+            for half in range(_unit_tiles(unit, row_blocks, PERSISTENT, CAUSAL)):
+                b, h, start = _tile(unit, half, row_blocks, Hq, BLOCK_M, PERSISTENT, CAUSAL)
                 count = _load_tile(q_desc, k_desc, v_desc, smem, bars, b, h, start, count, it,
                                    Hq, Hkv, Sk, BLOCK_M, BLOCK_N, STAGES, CAUSAL)
                 it += 1
     else:
-        b, h, start = _tile(first, 0, row_blocks, Hq, BLOCK_M, PERSISTENT)
+        b, h, start = _tile(first, 0, row_blocks, Hq, BLOCK_M, PERSISTENT, CAUSAL)
         _load_tile(q_desc, k_desc, v_desc, smem, bars, b, h, start, 0, 0, Hq, Hkv, Sk,
                    BLOCK_M, BLOCK_N, STAGES, CAUSAL)
 
@@ -402,15 +406,15 @@ def _consume(o_desc, lse_ptr, smem, bars, B, Hq, Sq, Sk, sm_scale,
     # P stays in registers as wgmma's A operand, never touching shared memory.
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
 
-    first, end, step, row_blocks = _work(B, Hq, Sq, BLOCK_M, PERSISTENT)
+    first, end, step, row_blocks = _work(B, Hq, Sq, BLOCK_M, PERSISTENT, CAUSAL)
     if CONSUMER == 1:
         _pass_turn(1)  # consumer 0 takes the first turn
     if PERSISTENT:
         count = 0  # K/V tiles (and turns) taken so far
         it = 0     # work tiles so far
         for unit in range(first, end, step):
-            for half in range(_unit_tiles(unit, row_blocks, PERSISTENT)):
-                b, h, start = _tile(unit, half, row_blocks, Hq, BLOCK_M, PERSISTENT)
+            for half in range(_unit_tiles(unit, row_blocks, PERSISTENT, CAUSAL)):
+                b, h, start = _tile(unit, half, row_blocks, Hq, BLOCK_M, PERSISTENT, CAUSAL)
                 n_tiles = _consume_tile(o_desc, lse_ptr, smem, bars, b, h, start, count, it,
                                         Hq, Sq, Sk, sm_scale, s_layout, o_layout, p_layout,
                                         CONSUMER, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL,
@@ -420,7 +424,7 @@ def _consume(o_desc, lse_ptr, smem, bars, B, Hq, Sq, Sk, sm_scale,
     else:
         # One work tile, and no loop around it: loop-carried counters would cost registers
         # that the overlapped schedule at head dim 128 does not have to spare.
-        b, h, start = _tile(first, 0, row_blocks, Hq, BLOCK_M, PERSISTENT)
+        b, h, start = _tile(first, 0, row_blocks, Hq, BLOCK_M, PERSISTENT, CAUSAL)
         _consume_tile(o_desc, lse_ptr, smem, bars, b, h, start, 0, 0,
                       Hq, Sq, Sk, sm_scale, s_layout, o_layout, p_layout,
                       CONSUMER, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP)
