@@ -291,9 +291,17 @@ def _attend(q, smem, bars, base, n_tiles, row0, Sk, sm_scale,
             CONSUMER: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
             HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
             OVERLAP: gl.constexpr):
-    """O (unnormalised), m and l of this consumer's rows over key tiles 0..n_tiles-1. `base`
-    counts the K/V tiles, and so the turns, this consumer took in earlier work tiles: ring
-    slots and barrier phases continue from there."""
+    """O (unnormalised), m and l of this consumer's rows over the work tile's key tiles
+    0..n_tiles-1. `base` counts the K/V tiles, and so the turns, this consumer took in earlier
+    work tiles: ring slots and barrier phases continue from there.
+
+    Under causal, consumer 0's rows see none of the last key tile's keys when BLOCK_N is
+    BLOCK_M (64): it computes n_tiles - 1 tiles, and spends the last tile's turn on its final
+    PV instead, so both consumers still take n_tiles turns and alternate."""
+    gl.static_assert(BLOCK_N >= BLOCK_M, "consumer 0 skips at most one key tile")
+    n_own = n_tiles
+    if CAUSAL and CONSUMER == 0:
+        n_own = gl.minimum(n_tiles, gl.cdiv(row0 + BLOCK_M, BLOCK_N))
     dtype: gl.constexpr = q.dtype
     qk_scale = sm_scale * LOG2E  # the exponent's scale: softmax runs in base 2
     m_i = gl.full([BLOCK_M], -float("inf"), gl.float32, gl.SliceLayout(1, s_layout))
@@ -313,7 +321,7 @@ def _attend(q, smem, bars, base, n_tiles, row0, Sk, sm_scale,
         p_f32, alpha, m_i, l_i = _softmax(s, m_i, l_i, 0, row0, Sk, qk_scale,
                                           s_layout, BLOCK_M, BLOCK_N, CAUSAL)
         p = gl.convert_layout(p_f32.to(dtype), p_layout)
-        for j in range(1, n_tiles):
+        for j in range(1, n_own):
             count = base + j
             stage = count % STAGES
             prev = (count - 1) % STAGES
@@ -338,7 +346,7 @@ def _attend(q, smem, bars, base, n_tiles, row0, Sk, sm_scale,
             acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
             p = gl.convert_layout(p_f32.to(dtype), p_layout)
     else:
-        for j in range(n_tiles):
+        for j in range(n_own):
             count = base + j
             stage = count % STAGES
             prev = (count - 1) % STAGES
@@ -365,12 +373,24 @@ def _attend(q, smem, bars, base, n_tiles, row0, Sk, sm_scale,
 
     # The last QKᵀ is done: the loader may put the next work tile's Q into this slot.
     mbarrier.arrive(bars.q_free.index(CONSUMER))
-    # The last tile's PV (no turn: the tensor cores are ours once the other side is done too).
-    last = (base + n_tiles - 1) % STAGES
-    _wait_v(bars, last, base + n_tiles - 1, STAGES)
+    # The last tile's PV: with no turn (the tensor cores are ours once the other side is done
+    # too), or in the turn of the key tile consumer 0 skips.
+    last = (base + n_own - 1) % STAGES
+    _wait_v(bars, last, base + n_own - 1, STAGES)
+    skip = n_own < n_tiles
+    if skip:
+        _take_turn(CONSUMER)
     acc = warpgroup_mma(p, smem.v.index(last).reshape([BLOCK_N, HEAD_DIM]), acc, is_async=True)
+    if skip:
+        _pass_turn(CONSUMER)
     acc = warpgroup_mma_wait(0, deps=[acc])
     mbarrier.arrive(bars.kv_free.index(last))
+    if skip:
+        # Release the skipped tile's slot once its K has landed: the loader loads a slot only
+        # after both releases of its previous tile, so this arrival cannot count for that one.
+        skipped = base + n_tiles - 1
+        mbarrier.wait(bars.k_ready.index(skipped % STAGES), (skipped // STAGES) & 1)
+        mbarrier.arrive(bars.kv_free.index(skipped % STAGES))
     return acc, m_i, l_i
 
 
