@@ -12,10 +12,11 @@ The older side is built from a copy of aot/ that holds the older kernel source:
 Rows with one query (decode) are skipped: this compares prefill kernels. Before timing, each
 kernel's O is compared with cuDNN's (a backward's dQ, dK and dV with cuDNN's gradients, relative
 to the largest of each; its O and LSE come from PyTorch's flash forward); a kernel off by more
-than --max-diff is reported as wrong and not timed. Timing is attnpack.bench's (warm-up, L2 flush, CUDA events, median). Per shape,
-it prints each side's fastest kernel in TFLOP/s, that rate over the first side's, and the
-geomean over kernels of the per-kernel time ratio (first side's time over this side's: above 1
-this side is faster); cuDNN's rate in the same run is the reference column.
+than --max-diff is reported as wrong and not timed. Timing is attnpack.bench's (warm-up, L2
+flush, CUDA events, median). Per shape, it prints each side's fastest kernel in TFLOP/s, that
+rate over the first side's, and the geomean over kernels of the per-kernel time ratio (first
+side's time over this side's: above 1 this side is faster); cuDNN's rate in the same run is the
+reference column.
 """
 from __future__ import annotations
 
