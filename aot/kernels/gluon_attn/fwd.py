@@ -297,10 +297,11 @@ def _attend(q, smem, bars, base, n_tiles, row0, Sk, sm_scale,
 
     Under causal, consumer 0's rows see none of the last key tile's keys when BLOCK_N is
     BLOCK_M (64): it computes n_tiles - 1 tiles, and spends the last tile's turn on its final
-    PV instead, so both consumers still take n_tiles turns and alternate."""
+    PV instead, so both consumers still take n_tiles turns and alternate. (With BLOCK_N =
+    2 * BLOCK_M both consumers' rows reach into the diagonal tile, and that code is left out.)"""
     gl.static_assert(BLOCK_N >= BLOCK_M, "consumer 0 skips at most one key tile")
     n_own = n_tiles
-    if CAUSAL and CONSUMER == 0:
+    if CAUSAL and CONSUMER == 0 and BLOCK_N == BLOCK_M:
         n_own = gl.minimum(n_tiles, gl.cdiv(row0 + BLOCK_M, BLOCK_N))
     dtype: gl.constexpr = q.dtype
     qk_scale = sm_scale * LOG2E  # the exponent's scale: softmax runs in base 2
