@@ -10,6 +10,7 @@ import math
 import re
 import struct
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -234,3 +235,42 @@ def test_descriptor_pitch_and_alignment_are_checked(gluon_archive):
         bundle.forward(rt.make_problem("fwd", "bf16", **base,
                                        strides={"q": (8 * 128 * 136, 128 * 136, 136, 1)}))
         assert len(bundle.recorded_launches()["launches"]) == 1
+
+
+def _fwd_module():
+    """aot/kernels/gluon_attn/fwd.py as the family loader imported it."""
+    from attnpack.family import kernels_root
+    load_families()
+    path = (kernels_root() / "gluon_attn" / "fwd.py").resolve()
+    return next(m for m in list(sys.modules.values())
+                if getattr(m, "__file__", None) and Path(m.__file__).resolve() == path)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("B,Hq,Sq", [(1, 1, 1), (1, 1, 128), (3, 5, 384), (2, 7, 640),
+                                     (64, 32, 256), (1, 16, 16384), (5, 3, 1000)])
+def test_persistent_units_cover_every_tile_once_at_equal_causal_cost(B, Hq, Sq, causal):
+    """The persistent forward's work order, run as plain Python (fwd._units, _unit_tiles and
+    _tile are integer arithmetic; the GPU runs the same source): every (b, h, row block) is
+    served exactly once; under causal each unit visits row_blocks + 1 spans of 2 * M keys (the
+    middle row block of an odd count is a unit alone), the longer row block first; without a
+    mask a unit is one row block, a head's consecutive and its last first."""
+    fwd, m = _fwd_module(), 64
+    row_blocks = -(-Sq // (2 * m))
+    seen, costs = [], []
+    for unit in range(fwd._units.fn(B, Hq, row_blocks, True, causal)):
+        spans = []
+        for half in range(fwd._unit_tiles.fn(unit, row_blocks, True, causal)):
+            b, h, start = fwd._tile.fn(unit, half, row_blocks, Hq, m, True, causal)
+            assert 0 <= b < B and 0 <= h < Hq and start % (2 * m) == 0
+            seen.append((b, h, start // (2 * m)))
+            spans.append(start // (2 * m) + 1)
+        assert spans == sorted(spans, reverse=True)  # the longer row block first
+        costs.append(sum(spans))
+    assert sorted(seen) == [(b, h, r) for b in range(B) for h in range(Hq)
+                            for r in range(row_blocks)]
+    if causal:
+        middle = [(row_blocks + 1) // 2] if row_blocks % 2 else []
+        assert sorted(set(costs)) == sorted(set([row_blocks + 1] * (row_blocks > 1) + middle))
+    else:
+        assert costs == [row_blocks - (u % row_blocks) for u in range(len(costs))]

@@ -55,16 +55,26 @@ def _work(B, Hq, Sq, BLOCK_M: gl.constexpr, PERSISTENT: gl.constexpr, CAUSAL: gl
     """(first, end, step, row_blocks): this program serves work units range(first, end, step),
     each of _unit_tiles work tiles."""
     row_blocks = gl.cdiv(Sq, 2 * BLOCK_M)
-    end = row_blocks * B * Hq
+    end = _units(B, Hq, row_blocks, PERSISTENT, CAUSAL)
     if PERSISTENT:
         first = gl.program_id(0)
         step = gl.num_programs(0)
-        if CAUSAL:
-            end = (row_blocks + 1) // 2 * B * Hq
     else:
         first = gl.program_id(1) * row_blocks + (row_blocks - 1 - gl.program_id(0))
         step = end
     return first, end, step, row_blocks
+
+
+# _units, _unit_tiles and _tile are integer arithmetic only, so tests/cpu/test_gluon_family.py
+# runs them as plain Python (their `.fn`) and checks that the units cover each tile once.
+@gluon.jit
+def _units(B, Hq, row_blocks, PERSISTENT: gl.constexpr, CAUSAL: gl.constexpr):
+    """Work units of a launch: a head's row blocks, paired (_unit_tiles) in persistent causal
+    programs."""
+    if PERSISTENT and CAUSAL:
+        return (row_blocks + 1) // 2 * B * Hq
+    else:
+        return row_blocks * B * Hq
 
 
 @gluon.jit
@@ -80,7 +90,7 @@ def _unit_tiles(unit, row_blocks, PERSISTENT: gl.constexpr, CAUSAL: gl.constexpr
     programs by handing out the next as one ends."""
     if PERSISTENT and CAUSAL:
         i = unit % ((row_blocks + 1) // 2)
-        return 2 - (2 * i + 1 == row_blocks).to(gl.int32)
+        return 1 + (2 * i + 1 != row_blocks)
     else:
         return 1
 
