@@ -82,12 +82,12 @@ def _unit_tiles(unit, row_blocks, PERSISTENT: gl.constexpr, CAUSAL: gl.constexpr
     """Work tiles in a unit. Persistent programs take units round-robin, so every unit must
     cost the same. Under causal one pairs row block i of a head with row block
     row_blocks - 1 - i: they visit i + 1 and row_blocks - i spans of 2 * BLOCK_M keys,
-    row_blocks + 1 together (the middle row block of an odd count is a unit alone). Single row blocks
-    round-robin did not balance: where the program count (132 on an H200) is a multiple of the
-    row-block count (2 or 4 at sequence length 256 or 512) a program met the same row block in
-    every head it visited, so one program had up to 4x another's work. Otherwise a unit is one
-    tile: without a mask all cost the same, and without PERSISTENT the hardware balances
-    programs by handing out the next as one ends."""
+    row_blocks + 1 together (the middle row block of an odd count is a unit alone). Single
+    row blocks round-robin did not balance: where the program count (132 on an H200) is a
+    multiple of the row-block count (2 or 4 at sequence length 256 or 512) a program met the
+    same row block in every head it visited, so one program had up to 4x another's work.
+    Otherwise a unit is one tile: without a mask all cost the same, and without PERSISTENT the
+    hardware balances programs by handing out the next as one ends."""
     if PERSISTENT and CAUSAL:
         i = unit % ((row_blocks + 1) // 2)
         return 1 + (2 * i + 1 != row_blocks)
