@@ -274,3 +274,38 @@ def test_persistent_units_cover_every_tile_once_at_equal_causal_cost(B, Hq, Sq, 
         assert sorted(set(costs)) == sorted(set([row_blocks + 1] * (row_blocks > 1) + middle))
     else:
         assert costs == [row_blocks - (u % row_blocks) for u in range(len(costs))]
+
+
+class _IntegerGl:
+    """gl's scalar functions over Python integers, to run fwd's index helpers as plain Python."""
+    minimum = staticmethod(min)
+    cdiv = staticmethod(lambda a, b: -(-a // b))
+
+
+@pytest.mark.parametrize("Sq,Sk", [(1, 1), (128, 128), (200, 200), (640, 640), (1000, 3000),
+                                   (300, 100), (4096, 1000)])
+@pytest.mark.parametrize("N", [64, 128])
+def test_causal_consumers_compute_every_visible_key_tile_and_skip_only_masked_ones(
+        monkeypatch, Sq, Sk, N):
+    """Top-left causal (key k visible to query q iff k <= q, k < Sk): a work tile visits the key
+    tiles its last row can see; consumer 0 skips (fwd._own_tiles) only tiles that none of its
+    rows can see, and consumer 1 skips none. Run as plain Python, gl's minimum and cdiv standing
+    in as integer functions."""
+    fwd, m = _fwd_module(), 64
+    monkeypatch.setattr(fwd, "gl", _IntegerGl)
+    skipped = 0
+    for start in range(0, Sq, 2 * m):
+        n_tiles = fwd._kv_tiles.fn(start, Sk, m, N, True)
+        last_visible = min(Sk, start + 2 * m)  # one past the last key any row here sees
+        assert (n_tiles - 1) * N < last_visible <= n_tiles * N
+        for consumer in (0, 1):
+            row0 = start + consumer * m
+            n_own = fwd._own_tiles.fn(n_tiles, row0, consumer, m, N, True)
+            visible = min(Sk, row0 + m)  # one past the last key this consumer's rows see
+            assert n_own * N >= visible and n_own <= n_tiles
+            assert all(j * N >= visible for j in range(n_own, n_tiles))  # skipped: all masked
+            if consumer == 1 or N > m:
+                assert n_own == n_tiles
+            skipped += n_tiles - n_own
+    # with 64-key tiles consumer 0 skips one tile wherever its rows stop short of the keys
+    assert (skipped > 0) == (N == m and Sk > m)

@@ -292,6 +292,19 @@ def _pass_turn(CONSUMER: gl.constexpr):
                               is_pure=False, pack=1)
 
 
+@gluon.jit
+def _own_tiles(n_tiles, row0, CONSUMER: gl.constexpr, BLOCK_M: gl.constexpr,
+               BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
+    """Key tiles of the work tile's n_tiles this consumer computes. Under causal with BLOCK_N =
+    BLOCK_M, consumer 0's rows (from row0) see only keys below row0 + BLOCK_M, a tile short of
+    the work tile's last. (tests/cpu/test_gluon_family.py runs this and _kv_tiles as plain
+    Python, with gl.minimum and gl.cdiv standing in as integer functions.)"""
+    if CAUSAL and CONSUMER == 0 and BLOCK_N == BLOCK_M:
+        return gl.minimum(n_tiles, gl.cdiv(row0 + BLOCK_M, BLOCK_N))
+    else:
+        return n_tiles
+
+
 # --------------------------------------------------------------------------------------------
 # mma + softmax of one consumer warpgroup over one work tile, and its epilogue.
 # --------------------------------------------------------------------------------------------
@@ -310,9 +323,7 @@ def _attend(q, smem, bars, base, n_tiles, row0, Sk, sm_scale,
     PV instead, so both consumers still take n_tiles turns and alternate. (With BLOCK_N =
     2 * BLOCK_M both consumers' rows reach into the diagonal tile, and that code is left out.)"""
     gl.static_assert(BLOCK_N >= BLOCK_M, "consumer 0 skips at most one key tile")
-    n_own = n_tiles
-    if CAUSAL and CONSUMER == 0 and BLOCK_N == BLOCK_M:
-        n_own = gl.minimum(n_tiles, gl.cdiv(row0 + BLOCK_M, BLOCK_N))
+    n_own = _own_tiles(n_tiles, row0, CONSUMER, BLOCK_M, BLOCK_N, CAUSAL)
     dtype: gl.constexpr = q.dtype
     qk_scale = sm_scale * LOG2E  # the exponent's scale: softmax runs in base 2
     m_i = gl.full([BLOCK_M], -float("inf"), gl.float32, gl.SliceLayout(1, s_layout))
