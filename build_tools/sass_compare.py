@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import argparse
 import re
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import triton
 
-from attnpack.builder.backends.triton import gpu_target, options, source
+from attnpack.builder.backends.triton import disassemble, gpu_target, options, source
 from attnpack.builder.compile import CompileJob
 from attnpack.family import load_families
 
@@ -29,17 +27,13 @@ INSTRUCTION = re.compile(r"^\s+/\*[0-9a-f]{4,}\*/")
 ADDRESS = re.compile(r"/\*[0-9a-f]{4,}\*/")
 
 
-def sass(cubin: bytes, scratch: Path) -> list[str]:
+def instructions(cubin: bytes) -> list[str]:
     """The instructions of a cubin, without their addresses."""
-    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
-    path = scratch / "kernel.cubin"
-    path.write_bytes(cubin)
-    text = subprocess.run([str(tool), "-sass", str(path)], capture_output=True, text=True,
-                          check=True).stdout
-    return [ADDRESS.sub("", line) for line in text.splitlines() if INSTRUCTION.match(line)]
+    return [ADDRESS.sub("", line) for line in disassemble(cubin).splitlines()
+            if INSTRUCTION.match(line)]
 
 
-def tree_code(tree: Path, family: str, op: str, name_filter: str, scratch: Path) -> dict:
+def tree_code(tree: Path, family: str, op: str, name_filter: str) -> dict:
     """{variant name: [instructions of each step]} for the tree's declared variants."""
     root = tree / "aot" / "kernels"
     spec = load_families(root).get(family) if root.is_dir() else None
@@ -53,7 +47,7 @@ def tree_code(tree: Path, family: str, op: str, name_filter: str, scratch: Path)
         for step in variant.steps:
             job = CompileJob(variant, step)
             compiled = triton.compile(source(job), target=gpu_target(ARCH), options=options(job))
-            steps.append(sass(compiled.asm["cubin"], scratch))
+            steps.append(instructions(compiled.asm["cubin"]))
         code[variant.name] = steps
     return code
 
@@ -67,9 +61,7 @@ def main(argv=None) -> int:
     ap.add_argument("--op", default="fwd", choices=("fwd", "bwd"))
     ap.add_argument("--filter", default="", help="only variant names containing this")
     args = ap.parse_args(argv)
-    with tempfile.TemporaryDirectory() as tmp:
-        old, new = (tree_code(t, args.family, args.op, args.filter, Path(tmp))
-                    for t in (args.old, args.new))
+    old, new = (tree_code(t, args.family, args.op, args.filter) for t in (args.old, args.new))
     both = sorted(old.keys() & new.keys())
     differ = [name for name in both if old[name] != new[name]]
     for name in differ:

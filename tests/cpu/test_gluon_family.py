@@ -9,7 +9,6 @@ the arguments Triton's fill_tma_descriptor uses.
 import math
 import re
 import struct
-import subprocess
 import sys
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from attnpack.archive import read_archive
 from attnpack.archive.elf import kernel_facts
 from attnpack.archive.verify import verify_archive
 from attnpack.builder import BuildRequest, build_archives
+from attnpack.builder.backends.triton import cuobjdump, disassemble
 from attnpack.builder.build import plan_variants
 from attnpack.family import FunctionalKey, load_families
 from test_runtime_fixtures import PARAM_ALIGN, PARAM_SIZE, param_offsets
@@ -198,22 +198,17 @@ def test_persistent_kernel_launches_one_program_per_sm(gluon_archive):
     assert [l["shared"] for l in launches] == [step["shared"]] * 2
 
 
-def test_turns_use_hardware_barriers_triton_leaves_alone(gluon_archive, tmp_path):
+def test_turns_use_hardware_barriers_triton_leaves_alone(gluon_archive):
     """The consumers pass the turn with a non-blocking bar.arrive and take it with bar.sync, on
     hardware barriers 14 and 15 over both warpgroups (256 threads). Triton's own barriers in the
     kernel (its warpgroup syncs, the partition set-up) must keep to lower ids: a Triton that
     took 14 or 15 would break the turn, and this fails first. Checked in the SASS of every
     kernel, disassembled with the cuobjdump Triton ships."""
-    import triton
-    cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
-    if not cuobjdump.is_file():
-        pytest.skip(f"no cuobjdump in the triton package ({cuobjdump})")
+    if not cuobjdump().is_file():
+        pytest.skip(f"no cuobjdump in the triton package ({cuobjdump()})")
     ar = read_archive(gluon_archive)
     for rec in ar.kernels:
-        cubin = tmp_path / "k.cubin"
-        cubin.write_bytes(ar.image(rec["steps"][0]["image"]))
-        sass = subprocess.run([str(cuobjdump), "-sass", str(cubin)], capture_output=True,
-                              text=True, check=True).stdout
+        sass = disassemble(ar.image(rec["steps"][0]["image"]))
         bars = set(re.findall(r"BAR\.(SYNC|ARV)\S* (0x[0-9a-f]+)(?:, (0x[0-9a-f]+))?", sass))
         turns = {(op, int(i, 16)) for op, i, n in bars if n == "0x100"}
         assert turns == {("SYNC", 14), ("SYNC", 15), ("ARV", 14), ("ARV", 15)}, rec["name"]

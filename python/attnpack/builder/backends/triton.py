@@ -10,7 +10,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
+import tempfile
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Mapping
 
 from attnpack import abi
@@ -39,6 +42,24 @@ class TritonKernel:
     num_stages: int
     divisible_by_16: tuple[str, ...] = ()    # integer args promised to be multiples of 16
     options: Mapping[str, Any] = field(default_factory=dict)  # extra compiler options (AMD knobs)
+
+
+def cuobjdump() -> Path:
+    """The cuobjdump Triton ships with its NVIDIA backend (no CUDA toolkit needed)."""
+    import triton
+    return Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+
+
+def disassemble(cubin: bytes) -> str:
+    """`cuobjdump -sass` of an NVIDIA image (a cubin), through a temporary file."""
+    tool = cuobjdump()
+    if not tool.is_file():
+        raise FileNotFoundError(f"{tool}: this triton ships no cuobjdump, which SASS needs")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "image.cubin"
+        path.write_bytes(cubin)
+        return subprocess.run([str(tool), "-sass", str(path)], capture_output=True, text=True,
+                              check=True).stdout
 
 
 def gpu_target(arch: str):
