@@ -46,8 +46,8 @@ def test_archive_verifies_with_no_problems(gluon_archive):
     assert problems == [] and warnings == []
     declared = [v.name for v in load_families()["gluon"].all_variants("sm_90")
                 if v.op == "fwd" and v.key.dtype == "bf16" and v.key.head_dim == 128]
-    # 12 configs, causal and full, less the persistent N128 3-stage one, whose 256 KiB of shared
-    # memory sm_90 does not have
+    # the 12 two-consumer configs, causal and full, less the persistent N128 3-stage one, whose
+    # 256 KiB of shared memory sm_90 does not have (three consumers serve head dim 64 only)
     assert sorted(k["name"] for k in ar.kernels) == sorted(declared) and len(declared) == 22
     assert {k["family"] for k in ar.kernels} == {"gluon"}
 
@@ -93,12 +93,16 @@ def test_gluon_is_never_a_default():
     assert {v.family for v in defaults} == {"triton"}
     everything, _ = plan_variants(BuildRequest(archs=("sm_90",), out_dir=None, all_variants=True),
                                   "sm_90", families)
-    # 12 configs x 4 keys per head dim, less what does not fit 227 KiB of shared memory: the
-    # persistent N128 3-stage config at head dims 96 and 128 (tiles 128 wide), and at 256 all
-    # but the N64 2-stage pair (plain and overlapped)
+    # 12 two-consumer configs x 4 keys per head dim, less what does not fit 227 KiB of shared
+    # memory: the persistent N128 3-stage config at head dims 96 and 128 (tiles 128 wide), and
+    # at 256 all but the N64 2-stage pair (plain and overlapped); and the 6 three-consumer
+    # configs at head dim 64 only (registers)
     fwd = [v for v in everything if v.family == "gluon" and v.op == "fwd"]
     per_dim = {d: len([v for v in fwd if v.key.head_dim == d]) for d in (64, 96, 128, 256)}
-    assert per_dim == {64: 48, 96: 44, 128: 44, 256: 8}
+    assert per_dim == {64: 72, 96: 44, 128: 44, 256: 8}
+    three = {v.name.split("/")[-1] for v in fwd if v.config.get("consumers") == 3}
+    assert len(three) == 6 and all(n.endswith("_consumers3") for n in three)
+    assert all(v.key.head_dim == 64 for v in fwd if v.config.get("consumers") == 3)
     # the backward serves 64, 128, and 96 on 128-wide tiles; 256 would not fit its registers
     bwd = [v for v in everything if v.family == "gluon" and v.op == "bwd"]
     assert {v.key.head_dim for v in bwd} == {64, 96, 128}
@@ -198,22 +202,66 @@ def test_persistent_kernel_launches_one_program_per_sm(gluon_archive):
     assert [l["shared"] for l in launches] == [step["shared"]] * 2
 
 
-def test_turns_use_hardware_barriers_triton_leaves_alone(gluon_archive):
+THREE_CONSUMERS = ("gluon/fwd/bf16-d64-causal/M64_N64_stages3_overlap1_persistent1_consumers3",
+                   "gluon/fwd/bf16-d64-full/M64_N128_stages3_consumers3")
+
+
+@pytest.fixture(scope="module")
+def three_consumer_cubins():
+    """Two of the three-consumer kernels (head dim 64), compiled alone:
+    {name: (step, cubin, warps)}."""
+    import triton
+    from attnpack.builder.backends.triton import gpu_target, options, source
+    from attnpack.builder.compile import CompileJob
+    variants = {v.name: v for v in load_families()["gluon"].all_variants("sm_90")}
+    out = {}
+    for name in THREE_CONSUMERS:
+        [step] = variants[name].steps
+        job = CompileJob(variants[name], step)
+        kernel = triton.compile(source(job), target=gpu_target("sm_90"), options=options(job))
+        out[name] = step, kernel.asm["cubin"], kernel.metadata.num_warps
+    return out
+
+
+def _assert_turns(name, sass, consumers):
+    """The turn barriers are the top `consumers` ids, each taken (bar.sync) and passed
+    (bar.arrive) over two warpgroups; Triton's own barriers keep below them."""
+    bars = set(re.findall(r"BAR\.(SYNC|ARV)\S* (0x[0-9a-f]+)(?:, (0x[0-9a-f]+))?", sass))
+    turns = {(op, int(i, 16)) for op, i, n in bars if n == "0x100"}
+    ids = range(16 - consumers, 16)
+    assert turns == {(op, i) for op in ("SYNC", "ARV") for i in ids}, name
+    others = {int(i, 16) for op, i, n in bars if n != "0x100"}
+    assert others and max(others) < ids[0], (name, sorted(bars))
+
+
+def test_turns_use_hardware_barriers_triton_leaves_alone(gluon_archive, three_consumer_cubins):
     """The consumers pass the turn with a non-blocking bar.arrive and take it with bar.sync, on
-    hardware barriers 14 and 15 over both warpgroups (256 threads). Triton's own barriers in the
-    kernel (its warpgroup syncs, the partition set-up) must keep to lower ids: a Triton that
-    took 14 or 15 would break the turn, and this fails first. Checked in the SASS of every
-    kernel, disassembled with the cuobjdump Triton ships."""
+    hardware barriers 14 and 15 (13-15 with three consumers) over two warpgroups (256 threads).
+    Triton's own barriers in the kernel (its warpgroup syncs, the partition set-up) must keep to
+    lower ids: a Triton that took one of ours would break the turn, and this fails first.
+    Checked in the SASS of every kernel, disassembled with the cuobjdump Triton ships."""
     if not cuobjdump().is_file():
         pytest.skip(f"no cuobjdump in the triton package ({cuobjdump()})")
     ar = read_archive(gluon_archive)
     for rec in ar.kernels:
-        sass = disassemble(ar.image(rec["steps"][0]["image"]))
-        bars = set(re.findall(r"BAR\.(SYNC|ARV)\S* (0x[0-9a-f]+)(?:, (0x[0-9a-f]+))?", sass))
-        turns = {(op, int(i, 16)) for op, i, n in bars if n == "0x100"}
-        assert turns == {("SYNC", 14), ("SYNC", 15), ("ARV", 14), ("ARV", 15)}, rec["name"]
-        others = {int(i, 16) for op, i, n in bars if n != "0x100"}
-        assert others and max(others) < 14, (rec["name"], sorted(bars))
+        _assert_turns(rec["name"], disassemble(ar.image(rec["steps"][0]["image"])), 2)
+    for name, (step, cubin, warps) in three_consumer_cubins.items():
+        sass = disassemble(cubin)
+        _assert_turns(name, sass, 3)
+        assert not re.search(r"\b(LDL|STL)\b", sass), f"{name} spills"
+
+
+def test_three_consumer_kernels_launch_512_threads_over_192_row_tiles(three_consumer_cubins):
+    """Three consumer warpgroups and the loader's, 16 warps; a work tile is 3 x 64 query rows."""
+    for name, (step, cubin, warps) in three_consumer_cubins.items():
+        facts = kernel_facts(cubin, "attn_fwd_pingpong")
+        assert facts.kernarg_size == 848 and warps == 16, name
+        assert step.kernel.constexprs["CONSUMERS"] == 3
+        assert step.kernel.constexprs["CONSUMER_REGS"] * 3 * 128 + \
+            step.kernel.constexprs["LOAD_REGS"] * 128 <= 65536
+        persistent = step.kernel.constexprs["PERSISTENT"]
+        assert step.grid == (((("num_sms", 1),), (), ()) if persistent
+                             else ((("Sq", 192),), (("B", 1), ("Hq", 1)), ())), name
 
 
 def test_descriptor_pitch_and_alignment_are_checked(gluon_archive):
@@ -241,25 +289,27 @@ def _fwd_module():
                 if getattr(m, "__file__", None) and Path(m.__file__).resolve() == path)
 
 
+@pytest.mark.parametrize("consumers", [2, 3])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("B,Hq,Sq", [(1, 1, 1), (1, 1, 128), (3, 5, 384), (2, 7, 640),
                                      (64, 32, 256), (1, 16, 16384), (5, 3, 1000)])
-def test_persistent_units_cover_every_tile_once_at_equal_causal_cost(B, Hq, Sq, causal):
+def test_persistent_units_cover_every_tile_once_at_equal_causal_cost(B, Hq, Sq, causal,
+                                                                      consumers):
     """The persistent forward's work order, run as plain Python (fwd._units, _unit_tiles and
     _tile are integer arithmetic; the GPU runs the same source): every (b, h, row block) is
-    served exactly once; under causal each unit visits row_blocks + 1 spans of 2 * M keys (the
-    middle row block of an odd count is a unit alone), the longer row block first; without a
-    mask a unit is one row block, a head's consecutive and its last first."""
-    fwd, m = _fwd_module(), 64
-    row_blocks = -(-Sq // (2 * m))
+    served exactly once; under causal each unit visits row_blocks + 1 spans of a work tile's
+    rows in keys (the middle row block of an odd count is a unit alone), the longer row block
+    first; without a mask a unit is one row block, a head's consecutive and its last first."""
+    fwd, rows = _fwd_module(), consumers * 64
+    row_blocks = -(-Sq // rows)
     seen, costs = [], []
     for unit in range(fwd._units.fn(B, Hq, row_blocks, True, causal)):
         spans = []
         for half in range(fwd._unit_tiles.fn(unit, row_blocks, True, causal)):
-            b, h, start = fwd._tile.fn(unit, half, row_blocks, Hq, m, True, causal)
-            assert 0 <= b < B and 0 <= h < Hq and start % (2 * m) == 0
-            seen.append((b, h, start // (2 * m)))
-            spans.append(start // (2 * m) + 1)
+            b, h, start = fwd._tile.fn(unit, half, row_blocks, Hq, rows, True, causal)
+            assert 0 <= b < B and 0 <= h < Hq and start % rows == 0
+            seen.append((b, h, start // rows))
+            spans.append(start // rows + 1)
         assert spans == sorted(spans, reverse=True)  # the longer row block first
         costs.append(sum(spans))
     assert sorted(seen) == [(b, h, r) for b in range(B) for h in range(Hq)
@@ -278,29 +328,32 @@ class _IntegerGl:
 
 
 @pytest.mark.parametrize("Sq,Sk", [(1, 1), (128, 128), (200, 200), (640, 640), (1000, 3000),
-                                   (300, 100), (4096, 1000)])
+                                   (300, 100), (4096, 1000), (1024, 1024)])
 @pytest.mark.parametrize("N", [64, 128])
+@pytest.mark.parametrize("consumers", [2, 3])
 def test_causal_consumers_compute_every_visible_key_tile_and_skip_only_masked_ones(
-        monkeypatch, Sq, Sk, N):
+        monkeypatch, Sq, Sk, N, consumers):
     """Top-left causal (key k visible to query q iff k <= q, k < Sk): a work tile visits the key
-    tiles its last row can see; consumer 0 skips (fwd._own_tiles) only tiles that none of its
-    rows can see, and consumer 1 skips none. Run as plain Python, gl's minimum and cdiv standing
-    in as integer functions."""
+    tiles its last row can see; a consumer skips (fwd._own_tiles) only tiles that none of its
+    rows can see, at most fwd._max_skipped of them, and the last consumer skips none. Run as
+    plain Python, gl's minimum and cdiv standing in as integer functions."""
     fwd, m = _fwd_module(), 64
     monkeypatch.setattr(fwd, "gl", _IntegerGl)
     skipped = 0
-    for start in range(0, Sq, 2 * m):
-        n_tiles = fwd._kv_tiles.fn(start, Sk, m, N, True)
-        last_visible = min(Sk, start + 2 * m)  # one past the last key any row here sees
+    for start in range(0, Sq, consumers * m):
+        n_tiles = fwd._kv_tiles.fn(start, Sk, consumers * m, N, True)
+        last_visible = min(Sk, start + consumers * m)  # one past the last key any row here sees
         assert (n_tiles - 1) * N < last_visible <= n_tiles * N
-        for consumer in (0, 1):
+        for consumer in range(consumers):
             row0 = start + consumer * m
-            n_own = fwd._own_tiles.fn(n_tiles, row0, consumer, m, N, True)
+            n_own = fwd._own_tiles.fn(n_tiles, row0, consumer, consumers, m, N, True)
             visible = min(Sk, row0 + m)  # one past the last key this consumer's rows see
-            assert n_own * N >= visible and n_own <= n_tiles
+            assert n_own * N >= visible and 1 <= n_own <= n_tiles
             assert all(j * N >= visible for j in range(n_own, n_tiles))  # skipped: all masked
-            if consumer == 1 or N > m:
+            assert n_tiles - n_own <= fwd._max_skipped(consumer, consumers, m, N, True)
+            if consumer == consumers - 1 or (consumers == 2 and N > m):
                 assert n_own == n_tiles
             skipped += n_tiles - n_own
-    # with 64-key tiles consumer 0 skips one tile wherever its rows stop short of the keys
-    assert (skipped > 0) == (N == m and Sk > m)
+    # with 64-key tiles consumer 0 skips one tile wherever its rows stop short of the keys;
+    # three consumers, 192 rows reach past some consumer's last key tile wherever there are two
+    assert (skipped > 0) == ((N == m or consumers == 3) and Sk > N)

@@ -10,13 +10,15 @@ Head dims: the forward serves 64, 96, 128 and 256; the backward 64, 96 and 128. 
 128-wide tiles (`tile_dim`).
 
 Config knobs:
-  M           query rows per consumer warpgroup (a work tile is 2 * M rows)
+  M           query rows per consumer warpgroup (a work tile is 2 * M rows, or 3 * M)
   N           key rows per K/V tile
   stages      depth of the K/V shared-memory ring
   overlap     1: softmax(j) runs while the warpgroup's own PV(j - 1) is in flight (fwd.py);
               absent: the plain ping-pong, which waits for both GEMMs first
   persistent  1: one program per SM strides over the work tiles, O has its own shared buffer;
               absent: one program per work tile
+  consumers   3: three consumer warpgroups take turns (head dim 64 only, where a softmax's
+              exponentials take as long as its warpgroup's GEMMs); absent: two
 
 The backward (bwd.py), three launches per variant. Config knobs:
   M           query rows per dK/dV step (the dK/dV program owns 128 keys, 64 per consumer)
@@ -59,7 +61,18 @@ FWD_CONFIGS = (
     {"M": 64, "N": 64, "stages": 3, "overlap": 1, "persistent": 1},
     {"M": 64, "N": 128, "stages": 3, "overlap": 1, "persistent": 1},
     {"M": 64, "N": 64, "stages": 2, "overlap": 1, "persistent": 1},
+    # three consumer warpgroups (head dim 64; `excluded` says why not wider)
+    {"M": 64, "N": 128, "stages": 2, "overlap": 1, "consumers": 3},
+    {"M": 64, "N": 128, "stages": 3, "overlap": 1, "consumers": 3},
+    {"M": 64, "N": 64, "stages": 3, "overlap": 1, "consumers": 3},
+    {"M": 64, "N": 128, "stages": 3, "consumers": 3},
+    # persistent N128 keeps the plain schedule: the overlapped one spills with 160 registers
+    {"M": 64, "N": 128, "stages": 3, "persistent": 1, "consumers": 3},
+    {"M": 64, "N": 64, "stages": 3, "overlap": 1, "persistent": 1, "consumers": 3},
 )
+# Forward consumer warpgroups, and the widest tile (head dim) three of them fit registers for.
+FWD_CONSUMERS = 2
+FWD_CONSUMERS_3_MAX_DIM = 64
 
 # Backward. The dK/dV program owns 128 keys (64 per consumer warpgroup) and steps M query
 # rows at a time; det 1 adds the dQ kernel, whose program owns 128 query rows and steps qN keys.
@@ -88,6 +101,9 @@ BWD_QUERIES_PER_PROGRAM = 128  # dQ: 64 per consumer
 # consumer warpgroups (accumulator M x D plus scores M x N fp32 over 128 threads each).
 CONSUMER_REGS = 232
 LOAD_REGS = 40
+# Three consumers: 3 x 128 x 160 + 128 x 24 = 64 512 of the SM's 65 536 registers.
+CONSUMER_REGS_3 = 160
+LOAD_REGS_3 = 24
 # The backward's consumers hold two [64, D] fp32 accumulators (dK, dV) besides the scores.
 BWD_CONSUMER_REGS = 240
 BWD_LOAD_REGS = 24
@@ -113,6 +129,7 @@ def _tensor_map(name: str, tensor: str, rows: int, key: FunctionalKey) -> Tensor
 
 def _fwd_steps(key: FunctionalKey, config) -> tuple[Step, ...]:
     m, n = config["M"], config["N"]
+    consumers = config.get("consumers", FWD_CONSUMERS)
     maps = (_tensor_map("q_desc", "q", m, key), _tensor_map("k_desc", "k", n, key),
             _tensor_map("v_desc", "v", n, key), _tensor_map("o_desc", "o", m, key))
     words = {"q_desc": "q_desc", "k_desc": "k_desc", "v_desc": "v_desc", "o_desc": "o_desc",
@@ -122,12 +139,13 @@ def _fwd_steps(key: FunctionalKey, config) -> tuple[Step, ...]:
     constexprs = {"BLOCK_M": m, "BLOCK_N": n, "HEAD_DIM": tile_dim(key.head_dim),
                   "STAGES": config["stages"], "CAUSAL": key.causal,
                   "OVERLAP": bool(config.get("overlap", 0)),
-                  "PERSISTENT": bool(config.get("persistent", 0)),
-                  "CONSUMER_REGS": CONSUMER_REGS, "LOAD_REGS": LOAD_REGS}
+                  "PERSISTENT": bool(config.get("persistent", 0)), "CONSUMERS": consumers,
+                  "CONSUMER_REGS": CONSUMER_REGS if consumers == 2 else CONSUMER_REGS_3,
+                  "LOAD_REGS": LOAD_REGS if consumers == 2 else LOAD_REGS_3}
     if config.get("persistent"):
         grid = ((("num_sms", 1),), (), ())
     else:
-        grid = ((("Sq", 2 * m),), (("B", 1), ("Hq", 1)), ())
+        grid = ((("Sq", consumers * m),), (("B", 1), ("Hq", 1)), ())
     return (Step(name="fwd", args=args, grid=grid, tensormaps=maps,
                  kernel=TritonKernel(attn_fwd_pingpong, constexprs, num_warps=4, num_stages=1)),)
 
@@ -197,13 +215,14 @@ def bwd_workspace(arch: str, op: str, key: FunctionalKey, config) -> tuple[Works
 
 
 def shared_memory_bytes(head_dim: int, config, op: str = "fwd") -> int:
-    """16-bit tiles plus barriers. Forward: two Q tiles (reused for O unless persistent, which
-    has two O tiles of its own) and `stages` K and V tiles. Backward: the larger of the dK/dV
+    """16-bit tiles plus barriers. Forward: a Q tile per consumer (reused for O unless
+    persistent, which has O tiles of its own) and `stages` K and V tiles. Backward: the larger of the dK/dV
     kernel (128 keys of K and V, `stages` Q and dO tiles, and two double-buffered dSᵀ tiles
     when fast, plus two fp32 dQ staging tiles with `tma`) and the dQ kernel (two Q and dO
     tiles, `stages` K and V tiles of qN keys)."""
     if op == "fwd":
-        rows = (4 if config.get("persistent") else 2) * config["M"] + 2 * config["stages"] * config["N"]
+        q_tiles = config.get("consumers", FWD_CONSUMERS) * (2 if config.get("persistent") else 1)
+        rows = q_tiles * config["M"] + 2 * config["stages"] * config["N"]
         return 2 * head_dim * rows + 1024
     m, stages = config["M"], config["stages"]
     dkdv = 2 * head_dim * (2 * BWD_KEYS_PER_PROGRAM + 2 * stages * m)
@@ -224,6 +243,11 @@ def bwd_fp32_registers(head_dim: int, config) -> int:
 
 
 def excluded(arch: str, op: str, key: FunctionalKey, config) -> str | None:
+    if op == "fwd" and config.get("consumers", FWD_CONSUMERS) == 3 \
+            and tile_dim(key.head_dim) > FWD_CONSUMERS_3_MAX_DIM:
+        return (f"three consumer warpgroups get {CONSUMER_REGS_3} registers a thread; an "
+                f"[{config['M']}, {tile_dim(key.head_dim)}] fp32 accumulator beside the scores "
+                "would spill")
     need = shared_memory_bytes(tile_dim(key.head_dim), config, op)
     if need > SHARED_MEMORY_BYTES:
         return f"needs {need // 1024} KiB shared memory; sm_90 has {SHARED_MEMORY_BYTES // 1024} KiB"

@@ -1,10 +1,12 @@
 """Attention forward in Gluon for Hopper (sm_90): TMA, wgmma, mbarriers, warp specialization.
 
-A work tile is 2 * BLOCK_M query rows of one (batch, head). Three partitions share a program:
+A work tile is CONSUMERS * BLOCK_M query rows of one (batch, head), CONSUMERS = 2 or 3
+consumer warpgroups. The partitions of a program:
 
-    load      1 warp     TMA: K/V tiles into a STAGES-deep ring, and each work tile's two Q tiles
+    load      1 warp     TMA: K/V tiles into a STAGES-deep ring, and each work tile's Q tiles
     consumer0 4 warps    rows [start, start + BLOCK_M)             (the default partition)
     consumer1 4 warps    rows [start + BLOCK_M, start + 2 * BLOCK_M)
+    consumer2 4 warps    rows [start + 2 * BLOCK_M, start + 3 * BLOCK_M)   (CONSUMERS = 3)
 
 Without PERSISTENT the grid is (row blocks, B * Hq) and a program serves one work tile. With
 it the grid is one program per SM, striding over work units of two tiles that cost the same
@@ -14,7 +16,10 @@ the next tile's loads.
 
 The consumers ping-pong: a consumer issues its tensor-core work (QKᵀ of tile j, PV of tile
 j - 1) only while it holds the "turn" (a named hardware barrier per consumer, _take_turn and
-_pass_turn), so its softmax runs while the other warpgroup's GEMMs occupy the tensor cores. Two
+_pass_turn, handed round 0, 1, (2,) 0, ...), so its softmax runs while another warpgroup's GEMMs
+occupy the tensor cores. At head dim 64 a consumer's GEMMs take about as long as its softmax's
+exponentials (2 x 64 multiply-adds against one exp2 per score, on units 128x apart in
+throughput), so a third consumer gives each softmax two others' GEMMs to hide behind. Two
 schedules (the OVERLAP constexpr):
     plain       wait for both GEMMs, then hand the turn over, then softmax(j)
     overlapped  hand the turn over once both are issued, wait for QKᵀ(j) only, run softmax(j)
@@ -41,20 +46,20 @@ SPLIT_KV_STAGES = gl.constexpr(2)
 
 
 @gluon.jit
-def _kv_tiles(start, Sk, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
-    """Key tiles a work tile visits; past the last query row's diagonal every tile is fully
-    masked, so a causal work tile stops there."""
+def _kv_tiles(start, Sk, TILE_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
+    """Key tiles a work tile of TILE_M rows visits; past the last query row's diagonal every
+    tile is fully masked, so a causal work tile stops there."""
     hi = Sk
     if CAUSAL:
-        hi = gl.minimum(Sk, start + 2 * BLOCK_M)
+        hi = gl.minimum(Sk, start + TILE_M)
     return gl.cdiv(hi, BLOCK_N)
 
 
 @gluon.jit
-def _work(B, Hq, Sq, BLOCK_M: gl.constexpr, PERSISTENT: gl.constexpr, CAUSAL: gl.constexpr):
+def _work(B, Hq, Sq, TILE_M: gl.constexpr, PERSISTENT: gl.constexpr, CAUSAL: gl.constexpr):
     """(first, end, step, row_blocks): this program serves work units range(first, end, step),
-    each of _unit_tiles work tiles."""
-    row_blocks = gl.cdiv(Sq, 2 * BLOCK_M)
+    each of _unit_tiles work tiles of TILE_M rows."""
+    row_blocks = gl.cdiv(Sq, TILE_M)
     end = _units(B, Hq, row_blocks, PERSISTENT, CAUSAL)
     if PERSISTENT:
         first = gl.program_id(0)
@@ -81,7 +86,7 @@ def _units(B, Hq, row_blocks, PERSISTENT: gl.constexpr, CAUSAL: gl.constexpr):
 def _unit_tiles(unit, row_blocks, PERSISTENT: gl.constexpr, CAUSAL: gl.constexpr):
     """Work tiles in a unit. Persistent programs take units round-robin, so every unit must
     cost the same. Under causal one pairs row block i of a head with row block
-    row_blocks - 1 - i: they visit i + 1 and row_blocks - i spans of 2 * BLOCK_M keys,
+    row_blocks - 1 - i: they visit i + 1 and row_blocks - i spans of a work tile's rows in keys,
     row_blocks + 1 together (the middle row block of an odd count is a unit alone). Single
     row blocks round-robin did not balance: where the program count (132 on an H200) is a
     multiple of the row-block count (2 or 4 at sequence length 256 or 512) a program met the
@@ -96,7 +101,7 @@ def _unit_tiles(unit, row_blocks, PERSISTENT: gl.constexpr, CAUSAL: gl.constexpr
 
 
 @gluon.jit
-def _tile(unit, half, row_blocks, Hq, BLOCK_M: gl.constexpr, PERSISTENT: gl.constexpr,
+def _tile(unit, half, row_blocks, Hq, TILE_M: gl.constexpr, PERSISTENT: gl.constexpr,
           CAUSAL: gl.constexpr):
     """(b, h, first query row) of a unit's tile `half`. A head's units are consecutive, so
     programs running side by side share its K/V in L2 (pairing row blocks under causal puts
@@ -111,13 +116,13 @@ def _tile(unit, half, row_blocks, Hq, BLOCK_M: gl.constexpr, PERSISTENT: gl.cons
     else:
         bh = unit // row_blocks
         row_block = row_blocks - 1 - unit % row_blocks
-    return bh // Hq, bh % Hq, row_block * (2 * BLOCK_M)
+    return bh // Hq, bh % Hq, row_block * TILE_M
 
 
 @aggregate
 class FwdSmem:
-    """Shared memory of a program: Q [2 consumers], O [2] (Q's own slots unless persistent),
-    and the K and V rings [STAGES]."""
+    """Shared memory of a program: Q [CONSUMERS], O [CONSUMERS] (Q's own slots unless
+    persistent), and the K and V rings [STAGES]."""
     q: gl.shared_memory_descriptor
     o: gl.shared_memory_descriptor
     k: gl.shared_memory_descriptor
@@ -133,15 +138,15 @@ class FwdSmem:
 
 @aggregate
 class FwdBarriers:
-    q_ready: gl.shared_memory_descriptor  # [2] a consumer's Q tile landed
-    q_free: gl.shared_memory_descriptor   # [2] a consumer did its last QKᵀ with its Q tile
+    q_ready: gl.shared_memory_descriptor  # [CONSUMERS] a consumer's Q tile landed
+    q_free: gl.shared_memory_descriptor   # [CONSUMERS] a consumer did its last QKᵀ with its Q tile
     # K(j) lands on k_ready. With a 2-stage ring V(j) lands on v_ready, so QKᵀ(j) waits for
     # K(j) only; with 3 stages the loads run far enough ahead that the second wait only costs,
     # and V(j) lands on k_ready beside K(j) (v_ready is unused). Separate allocations: Triton
     # puts a warpgroup bar.sync between two waits on one.
     k_ready: gl.shared_memory_descriptor  # [STAGES]
     v_ready: gl.shared_memory_descriptor  # [STAGES]
-    kv_free: gl.shared_memory_descriptor  # [STAGES] both consumers are done with a slot
+    kv_free: gl.shared_memory_descriptor  # [STAGES] every consumer is done with a slot
 
     @gluon.constexpr_function
     def __init__(self, q_ready, q_free, k_ready, v_ready, kv_free):
@@ -158,37 +163,38 @@ class FwdBarriers:
 @gluon.jit
 def _load(q_desc, k_desc, v_desc, smem, bars, B, Hq, Hkv, Sq, Sk,
           BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-          CAUSAL: gl.constexpr, PERSISTENT: gl.constexpr):
-    first, end, step, row_blocks = _work(B, Hq, Sq, BLOCK_M, PERSISTENT, CAUSAL)
+          CAUSAL: gl.constexpr, PERSISTENT: gl.constexpr, CONSUMERS: gl.constexpr):
+    TILE_M: gl.constexpr = CONSUMERS * BLOCK_M
+    first, end, step, row_blocks = _work(B, Hq, Sq, TILE_M, PERSISTENT, CAUSAL)
     if PERSISTENT:
         count = 0  # K/V tiles loaded so far: ring slots and phases run on across work tiles
         it = 0     # work tiles so far
         for unit in range(first, end, step):
             for half in range(_unit_tiles(unit, row_blocks, PERSISTENT, CAUSAL)):
-                b, h, start = _tile(unit, half, row_blocks, Hq, BLOCK_M, PERSISTENT, CAUSAL)
+                b, h, start = _tile(unit, half, row_blocks, Hq, TILE_M, PERSISTENT, CAUSAL)
                 count = _load_tile(q_desc, k_desc, v_desc, smem, bars, b, h, start, count, it,
-                                   Hq, Hkv, Sk, BLOCK_M, BLOCK_N, STAGES, CAUSAL)
+                                   Hq, Hkv, Sk, BLOCK_M, BLOCK_N, STAGES, CAUSAL, CONSUMERS)
                 it += 1
     else:
-        b, h, start = _tile(first, 0, row_blocks, Hq, BLOCK_M, PERSISTENT, CAUSAL)
+        b, h, start = _tile(first, 0, row_blocks, Hq, TILE_M, PERSISTENT, CAUSAL)
         _load_tile(q_desc, k_desc, v_desc, smem, bars, b, h, start, 0, 0, Hq, Hkv, Sk,
-                   BLOCK_M, BLOCK_N, STAGES, CAUSAL)
+                   BLOCK_M, BLOCK_N, STAGES, CAUSAL, CONSUMERS)
 
 
 @gluon.jit
 def _load_tile(q_desc, k_desc, v_desc, smem, bars, b, h, start, count, it, Hq, Hkv, Sk,
                BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-               CAUSAL: gl.constexpr):
+               CAUSAL: gl.constexpr, CONSUMERS: gl.constexpr):
     """Loads of the `it`-th work tile, (b, h, rows from start), after `count` K/V tiles;
     returns the new count."""
     q_bytes: gl.constexpr = q_desc.block_type.nbytes
     k_bytes: gl.constexpr = k_desc.block_type.nbytes
     v_bytes: gl.constexpr = v_desc.block_type.nbytes
     kv_h = h // (Hq // Hkv)
-    n_tiles = _kv_tiles(start, Sk, BLOCK_M, BLOCK_N, CAUSAL)
+    n_tiles = _kv_tiles(start, Sk, CONSUMERS * BLOCK_M, BLOCK_N, CAUSAL)
     for j in range(n_tiles):
         stage = (count + j) % STAGES
-        # Wait until both consumers released the slot's previous tile. A fresh barrier counts
+        # Wait until every consumer released the slot's previous tile. A fresh barrier counts
         # as having completed the phase before 0, so the first STAGES waits pass at once.
         mbarrier.wait(bars.kv_free.index(stage), (((count + j) // STAGES) & 1) ^ 1)
         if STAGES == SPLIT_KV_STAGES:
@@ -204,7 +210,7 @@ def _load_tile(q_desc, k_desc, v_desc, smem, bars, b, h, start, count, it, Hq, H
             # Q after K(0), and before V(0) where V has its own barrier: a work tile's first
             # QKᵀ needs Q and K(0) only. Each consumer frees its Q slot after its last QKᵀ of
             # the previous work tile, and K(0) streams in meanwhile.
-            for c in gl.static_range(2):
+            for c in gl.static_range(CONSUMERS):
                 mbarrier.wait(bars.q_free.index(c), (it & 1) ^ 1)
                 mbarrier.expect(bars.q_ready.index(c), q_bytes)
                 tma.async_copy_global_to_shared(q_desc, [b, h, start + c * BLOCK_M, 0],
@@ -259,15 +265,16 @@ def _softmax(s, m_i, l_i, j, row0, Sk, qk_scale,
 
 
 # --------------------------------------------------------------------------------------------
-# the turn: two named hardware barriers (PTX bar.sync / bar.arrive over 256 threads), one per
-# consumer. A consumer takes its turn with bar.sync on its own barrier, which completes once
-# the other warpgroup's 128 threads have arrived there, and passes it with bar.arrive on the
-# other's, which does not wait: the passing warps go straight on to their softmax. (An
+# the turn: one named hardware barrier per consumer (PTX bar.sync / bar.arrive over 256
+# threads). A consumer takes its turn with bar.sync on its own barrier, which completes once
+# the previous consumer's 128 threads have arrived there, and passes it with bar.arrive on the
+# next one's, which does not wait: the passing warps go straight on to their softmax. (An
 # mbarrier.arrive would first bar.sync the passing warpgroup: Gluon lowers it to a warpgroup
-# barrier and one predicated arrive.) Triton's own partition barriers use ids 0-2 here, which
-# tests/cpu/test_gluon_family.py checks in every kernel's SASS.
+# barrier and one predicated arrive.) The ids are the top ones, 14-15 or 13-15; Triton's own
+# partition barriers use ids 0-2 here, which tests/cpu/test_gluon_family.py checks in every
+# kernel's SASS.
 # --------------------------------------------------------------------------------------------
-TURN_BARRIER = gl.constexpr(14)  # consumer c's turn is barrier 14 + c
+LAST_BARRIER = gl.constexpr(15)  # consumer c's turn is barrier 16 - CONSUMERS + c
 
 
 @gluon.jit
@@ -279,27 +286,41 @@ def _barrier_ids(bar):
 
 
 @gluon.jit
-def _take_turn(CONSUMER: gl.constexpr):
+def _take_turn(CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr):
     gl.inline_asm_elementwise("bar.sync $1, 256;\n\tmov.b32 $0, 0;", "=r,r",
-                              [_barrier_ids(TURN_BARRIER + CONSUMER)], dtype=gl.int32,
-                              is_pure=False, pack=1)
+                              [_barrier_ids(LAST_BARRIER + 1 - CONSUMERS + CONSUMER)],
+                              dtype=gl.int32, is_pure=False, pack=1)
 
 
 @gluon.jit
-def _pass_turn(CONSUMER: gl.constexpr):
-    gl.inline_asm_elementwise("bar.arrive $1, 256;\n\tmov.b32 $0, 0;", "=r,r",
-                              [_barrier_ids(TURN_BARRIER + 1 - CONSUMER)], dtype=gl.int32,
-                              is_pure=False, pack=1)
+def _pass_turn(CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr):
+    gl.inline_asm_elementwise(
+        "bar.arrive $1, 256;\n\tmov.b32 $0, 0;", "=r,r",
+        [_barrier_ids(LAST_BARRIER + 1 - CONSUMERS + (CONSUMER + 1) % CONSUMERS)],
+        dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.constexpr_function
+def _max_skipped(CONSUMER, CONSUMERS, BLOCK_M, BLOCK_N, CAUSAL):
+    """The most key tiles of a work tile that lie wholly past this consumer's rows under causal:
+    the later consumers' (CONSUMERS - 1 - CONSUMER) * BLOCK_M rows span up to that many keys.
+    Two consumers with 128-key tiles skip none (a tile boundary never falls between consumer
+    0's last row and the work tile's), and nothing is compiled for it."""
+    if CAUSAL and (BLOCK_N == BLOCK_M or CONSUMERS > 2):
+        return ((CONSUMERS - 1 - CONSUMER) * BLOCK_M + BLOCK_N - 1) // BLOCK_N
+    else:
+        return 0
 
 
 @gluon.jit
-def _own_tiles(n_tiles, row0, CONSUMER: gl.constexpr, BLOCK_M: gl.constexpr,
-               BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
-    """Key tiles of the work tile's n_tiles this consumer computes. Under causal with BLOCK_N =
-    BLOCK_M, consumer 0's rows (from row0) see only keys below row0 + BLOCK_M, a tile short of
-    the work tile's last. (tests/cpu/test_gluon_family.py runs this and _kv_tiles as plain
-    Python, with gl.minimum and gl.cdiv standing in as integer functions.)"""
-    if CAUSAL and CONSUMER == 0 and BLOCK_N == BLOCK_M:
+def _own_tiles(n_tiles, row0, CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr,
+               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
+    """Key tiles of the work tile's n_tiles this consumer computes. Under causal this
+    consumer's rows (from row0) see only keys below row0 + BLOCK_M, up to _max_skipped tiles
+    short of the work tile's last. (tests/cpu/test_gluon_family.py runs this, _max_skipped and
+    _kv_tiles as plain Python, with gl.minimum and gl.cdiv standing in as integer
+    functions.)"""
+    if _max_skipped(CONSUMER, CONSUMERS, BLOCK_M, BLOCK_N, CAUSAL) > 0:
         return gl.minimum(n_tiles, gl.cdiv(row0 + BLOCK_M, BLOCK_N))
     else:
         return n_tiles
@@ -311,19 +332,18 @@ def _own_tiles(n_tiles, row0, CONSUMER: gl.constexpr, BLOCK_M: gl.constexpr,
 @gluon.jit
 def _attend(q, smem, bars, base, n_tiles, row0, Sk, sm_scale,
             s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr,
-            CONSUMER: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-            HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-            OVERLAP: gl.constexpr):
+            CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr, BLOCK_M: gl.constexpr,
+            BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
+            CAUSAL: gl.constexpr, OVERLAP: gl.constexpr):
     """O (unnormalised), m and l of this consumer's rows over the work tile's key tiles
     0..n_tiles-1. `base` counts the K/V tiles, and so the turns, this consumer took in earlier
     work tiles: ring slots and barrier phases continue from there.
 
-    Under causal, consumer 0's rows see none of the last key tile's keys when BLOCK_N is
-    BLOCK_M (64): it computes n_tiles - 1 tiles, and spends the last tile's turn on its final
-    PV instead, so both consumers still take n_tiles turns and alternate. (With BLOCK_N =
-    2 * BLOCK_M both consumers' rows reach into the diagonal tile, and that code is left out.)"""
-    gl.static_assert(BLOCK_N >= BLOCK_M, "consumer 0 skips at most one key tile")
-    n_own = _own_tiles(n_tiles, row0, CONSUMER, BLOCK_M, BLOCK_N, CAUSAL)
+    Under causal the last key tiles may lie wholly past this consumer's rows (_own_tiles): it
+    computes n_own tiles, spends the first skipped tile's turn on its final PV and takes the
+    other skipped turns empty, so every consumer takes n_tiles turns and the round holds."""
+    MAX_SKIP: gl.constexpr = _max_skipped(CONSUMER, CONSUMERS, BLOCK_M, BLOCK_N, CAUSAL)
+    n_own = _own_tiles(n_tiles, row0, CONSUMER, CONSUMERS, BLOCK_M, BLOCK_N, CAUSAL)
     dtype: gl.constexpr = q.dtype
     qk_scale = sm_scale * LOG2E  # the exponent's scale: softmax runs in base 2
     m_i = gl.full([BLOCK_M], -float("inf"), gl.float32, gl.SliceLayout(1, s_layout))
@@ -335,10 +355,10 @@ def _attend(q, smem, bars, base, n_tiles, row0, Sk, sm_scale,
     if OVERLAP:
         # Tile 0 has no PV before it: QKᵀ alone, then its softmax.
         mbarrier.wait(bars.k_ready.index(base % STAGES), (base // STAGES) & 1)
-        _take_turn(CONSUMER)
+        _take_turn(CONSUMER, CONSUMERS)
         k_t = smem.k.index(base % STAGES).reshape([BLOCK_N, HEAD_DIM]).permute([1, 0])
         s_tok = warpgroup_mma(q, k_t, s_zero, use_acc=False, is_async=True)
-        _pass_turn(CONSUMER)
+        _pass_turn(CONSUMER, CONSUMERS)
         s = warpgroup_mma_wait(0, deps=[s_tok])
         p_f32, alpha, m_i, l_i = _softmax(s, m_i, l_i, 0, row0, Sk, qk_scale,
                                           s_layout, BLOCK_M, BLOCK_N, CAUSAL)
@@ -350,13 +370,13 @@ def _attend(q, smem, bars, base, n_tiles, row0, Sk, sm_scale,
             mbarrier.wait(bars.k_ready.index(stage), (count // STAGES) & 1)
             _wait_v(bars, prev, count - 1, STAGES)
             k_t = smem.k.index(stage).reshape([BLOCK_N, HEAD_DIM]).permute([1, 0])
-            _take_turn(CONSUMER)
+            _take_turn(CONSUMER, CONSUMERS)
             s_tok = warpgroup_mma(q, k_t, s_zero, use_acc=False, is_async=True)
             v = smem.v.index(prev).reshape([BLOCK_N, HEAD_DIM])
             acc = warpgroup_mma(p, v, acc, is_async=True)
             # Hand the turn over once both GEMMs are issued: the tensor cores run them in issue
-            # order, so the other warpgroup's GEMMs queue right behind these.
-            _pass_turn(CONSUMER)
+            # order, so the next warpgroup's GEMMs queue right behind these.
+            _pass_turn(CONSUMER, CONSUMERS)
             # wgmma groups retire in order: one left in flight means QKᵀ(j) is done and PV(j-1)
             # may still run, behind this softmax.
             s = warpgroup_mma_wait(1, deps=[s_tok])
@@ -376,7 +396,7 @@ def _attend(q, smem, bars, base, n_tiles, row0, Sk, sm_scale,
             if j > 0:
                 _wait_v(bars, prev, count - 1, STAGES)
             k_t = smem.k.index(stage).reshape([BLOCK_N, HEAD_DIM]).permute([1, 0])
-            _take_turn(CONSUMER)
+            _take_turn(CONSUMER, CONSUMERS)
             s_tok = warpgroup_mma(q, k_t, s_zero, use_acc=False, is_async=True)
             if j > 0:
                 # PV of the previous tile, queued behind QKᵀ so both run back to back.
@@ -385,8 +405,8 @@ def _attend(q, smem, bars, base, n_tiles, row0, Sk, sm_scale,
                 acc = warpgroup_mma_wait(0, deps=[acc])
                 mbarrier.arrive(bars.kv_free.index(prev))
             s = warpgroup_mma_wait(0, deps=[s_tok])
-            # Hand the turn over: the other warpgroup's GEMMs now overlap this softmax.
-            _pass_turn(CONSUMER)
+            # Hand the turn over: the next warpgroup's GEMMs now overlap this softmax.
+            _pass_turn(CONSUMER, CONSUMERS)
 
             p_f32, alpha, m_i, l_i = _softmax(s, m_i, l_i, j, row0, Sk, qk_scale,
                                               s_layout, BLOCK_M, BLOCK_N, CAUSAL)
@@ -395,25 +415,46 @@ def _attend(q, smem, bars, base, n_tiles, row0, Sk, sm_scale,
 
     # The last QKᵀ is done: the loader may put the next work tile's Q into this slot.
     mbarrier.arrive(bars.q_free.index(CONSUMER))
-    # The last tile's PV: with no turn (the tensor cores are ours once the other side is done
-    # too), or in the turn of the key tile consumer 0 skips.
+    # The last tile's PV: with no turn (the tensor cores are ours once the others are done
+    # too), or in the turn of the first key tile this consumer skips.
     last = (base + n_own - 1) % STAGES
     _wait_v(bars, last, base + n_own - 1, STAGES)
     skip = n_own < n_tiles
     if skip:
-        _take_turn(CONSUMER)
+        _take_turn(CONSUMER, CONSUMERS)
     acc = warpgroup_mma(p, smem.v.index(last).reshape([BLOCK_N, HEAD_DIM]), acc, is_async=True)
     if skip:
-        _pass_turn(CONSUMER)
+        _pass_turn(CONSUMER, CONSUMERS)
     acc = warpgroup_mma_wait(0, deps=[acc])
     mbarrier.arrive(bars.kv_free.index(last))
-    if skip:
-        # Release the skipped tile's slot once its K has landed: the loader loads a slot only
-        # after both releases of its previous tile, so this arrival cannot count for that one.
-        skipped = base + n_tiles - 1
-        mbarrier.wait(bars.k_ready.index(skipped % STAGES), (skipped // STAGES) & 1)
-        mbarrier.arrive(bars.kv_free.index(skipped % STAGES))
+    for t in gl.static_range(1, MAX_SKIP):
+        if t < n_tiles - n_own:  # the other skipped tiles' turns, empty
+            _take_turn(CONSUMER, CONSUMERS)
+            _pass_turn(CONSUMER, CONSUMERS)
+    for t in gl.static_range(MAX_SKIP):
+        if t < n_tiles - n_own:
+            # Release a skipped tile's slot once its K has landed: the loader loads a slot only
+            # after every release of its previous tile, so this arrival cannot count for that
+            # one.
+            skipped = base + n_tiles - 1 - t
+            mbarrier.wait(bars.k_ready.index(skipped % STAGES), (skipped // STAGES) & 1)
+            mbarrier.arrive(bars.kv_free.index(skipped % STAGES))
     return acc, m_i, l_i
+
+
+@gluon.jit
+def _idle(bars, base, n_tiles, CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr,
+          STAGES: gl.constexpr):
+    """A work tile whose rows for this consumer all lie past Sq (three consumers' 192 rows
+    against, say, Sq = 1024): no GEMMs, only the tile's turns and slot releases, so the others'
+    round and the loader's ring go on."""
+    mbarrier.arrive(bars.q_free.index(CONSUMER))
+    for j in range(n_tiles):
+        count = base + j
+        _take_turn(CONSUMER, CONSUMERS)
+        _pass_turn(CONSUMER, CONSUMERS)
+        mbarrier.wait(bars.k_ready.index(count % STAGES), (count // STAGES) & 1)
+        mbarrier.arrive(bars.kv_free.index(count % STAGES))
 
 
 @gluon.jit
@@ -437,9 +478,9 @@ def _epilogue(acc, m_i, l_i, o_desc, o_smem, lse_ptr, b, h, row0, Hq, Sq, sm_sca
 
 @gluon.jit
 def _consume(o_desc, lse_ptr, smem, bars, B, Hq, Sq, Sk, sm_scale,
-             CONSUMER: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-             HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-             OVERLAP: gl.constexpr, PERSISTENT: gl.constexpr):
+             CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr, BLOCK_M: gl.constexpr,
+             BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
+             CAUSAL: gl.constexpr, OVERLAP: gl.constexpr, PERSISTENT: gl.constexpr):
     # wgmma accumulators: the 4 warps split the rows, one m64 instruction per 64 rows.
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
@@ -448,87 +489,124 @@ def _consume(o_desc, lse_ptr, smem, bars, B, Hq, Sq, Sk, sm_scale,
     # P stays in registers as wgmma's A operand, never touching shared memory.
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
 
-    first, end, step, row_blocks = _work(B, Hq, Sq, BLOCK_M, PERSISTENT, CAUSAL)
-    if CONSUMER == 1:
-        _pass_turn(1)  # consumer 0 takes the first turn
+    first, end, step, row_blocks = _work(B, Hq, Sq, CONSUMERS * BLOCK_M, PERSISTENT, CAUSAL)
+    if CONSUMER == CONSUMERS - 1:
+        _pass_turn(CONSUMER, CONSUMERS)  # consumer 0 takes the first turn
     if PERSISTENT:
         count = 0  # K/V tiles (and turns) taken so far
         it = 0     # work tiles so far
         for unit in range(first, end, step):
             for half in range(_unit_tiles(unit, row_blocks, PERSISTENT, CAUSAL)):
-                b, h, start = _tile(unit, half, row_blocks, Hq, BLOCK_M, PERSISTENT, CAUSAL)
+                b, h, start = _tile(unit, half, row_blocks, Hq, CONSUMERS * BLOCK_M,
+                                    PERSISTENT, CAUSAL)
                 n_tiles = _consume_tile(o_desc, lse_ptr, smem, bars, b, h, start, count, it,
                                         Hq, Sq, Sk, sm_scale, s_layout, o_layout, p_layout,
-                                        CONSUMER, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL,
-                                        OVERLAP)
+                                        CONSUMER, CONSUMERS, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
+                                        CAUSAL, OVERLAP)
                 count += n_tiles
                 it += 1
     else:
         # One work tile, and no loop around it: loop-carried counters would cost registers
         # that the overlapped schedule at head dim 128 does not have to spare.
-        b, h, start = _tile(first, 0, row_blocks, Hq, BLOCK_M, PERSISTENT, CAUSAL)
+        b, h, start = _tile(first, 0, row_blocks, Hq, CONSUMERS * BLOCK_M, PERSISTENT, CAUSAL)
         _consume_tile(o_desc, lse_ptr, smem, bars, b, h, start, 0, 0,
                       Hq, Sq, Sk, sm_scale, s_layout, o_layout, p_layout,
-                      CONSUMER, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP)
+                      CONSUMER, CONSUMERS, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP)
     if CONSUMER == 0:
-        # Both consumers took the same number of turns, so consumer 1's last pass (or, with
-        # no work tile, its first) is still pending on consumer 0's barrier: take it, and leave
-        # the barrier as the kernel found it.
-        _take_turn(0)
+        # Every consumer took the same number of turns, so the last consumer's last pass (or,
+        # with no work tile, its first) is still pending on consumer 0's barrier: take it, and
+        # leave the barrier as the kernel found it.
+        _take_turn(0, CONSUMERS)
     tma.store_wait(0)
 
 
 @gluon.jit
 def _consume_tile(o_desc, lse_ptr, smem, bars, b, h, start, count, it, Hq, Sq, Sk, sm_scale,
                   s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr,
-                  CONSUMER: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-                  HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                  OVERLAP: gl.constexpr):
+                  CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr, BLOCK_M: gl.constexpr,
+                  BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
+                  CAUSAL: gl.constexpr, OVERLAP: gl.constexpr):
     """One work tile of one consumer, (b, h, rows from start), the `it`-th it serves, after
     `count` K/V tiles; returns how many K/V tiles it took."""
-    n_tiles = _kv_tiles(start, Sk, BLOCK_M, BLOCK_N, CAUSAL)
+    n_tiles = _kv_tiles(start, Sk, CONSUMERS * BLOCK_M, BLOCK_N, CAUSAL)
     row0 = start + CONSUMER * BLOCK_M
     mbarrier.wait(bars.q_ready.index(CONSUMER), it & 1)
-    q = smem.q.index(CONSUMER).reshape([BLOCK_M, HEAD_DIM])
-    acc, m_i, l_i = _attend(q, smem, bars, count, n_tiles, row0, Sk, sm_scale,
-                            s_layout, o_layout, p_layout,
-                            CONSUMER, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP)
-    _epilogue(acc, m_i, l_i, o_desc, smem.o.index(CONSUMER), lse_ptr, b, h, row0, Hq, Sq,
-              sm_scale, s_layout, o_layout, BLOCK_M, HEAD_DIM)
+    # Three consumers' 192 rows often reach past Sq (Sq = 1024: the last work tile has 64 rows),
+    # and a later consumer's rows may all lie there: it then only keeps the round. (Two
+    # consumers' 128 rows leave one idle less often; that code is left out.)
+    if CONSUMERS > 2 and CONSUMER > 0:
+        if row0 < Sq:
+            _consume_rows(o_desc, lse_ptr, smem, bars, b, h, count, n_tiles, row0, Hq, Sq, Sk,
+                          sm_scale, s_layout, o_layout, p_layout, CONSUMER, CONSUMERS, BLOCK_M,
+                          BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP)
+        else:
+            _idle(bars, count, n_tiles, CONSUMER, CONSUMERS, STAGES)
+    else:
+        _consume_rows(o_desc, lse_ptr, smem, bars, b, h, count, n_tiles, row0, Hq, Sq, Sk,
+                      sm_scale, s_layout, o_layout, p_layout, CONSUMER, CONSUMERS, BLOCK_M,
+                      BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP)
     return n_tiles
 
 
 @gluon.jit
-def _consumer1(o_desc, lse_ptr, smem, bars, B, Hq, Sq, Sk, sm_scale,
-               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
-               STAGES: gl.constexpr, CAUSAL: gl.constexpr, OVERLAP: gl.constexpr,
-               PERSISTENT: gl.constexpr):
+def _consume_rows(o_desc, lse_ptr, smem, bars, b, h, count, n_tiles, row0, Hq, Sq, Sk, sm_scale,
+                  s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr,
+                  CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr, BLOCK_M: gl.constexpr,
+                  BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
+                  CAUSAL: gl.constexpr, OVERLAP: gl.constexpr):
+    """This consumer's BLOCK_M rows from row0 over the work tile's n_tiles key tiles, and their
+    epilogue."""
+    q = smem.q.index(CONSUMER).reshape([BLOCK_M, HEAD_DIM])
+    acc, m_i, l_i = _attend(q, smem, bars, count, n_tiles, row0, Sk, sm_scale,
+                            s_layout, o_layout, p_layout, CONSUMER, CONSUMERS,
+                            BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP)
+    _epilogue(acc, m_i, l_i, o_desc, smem.o.index(CONSUMER), lse_ptr, b, h, row0, Hq, Sq,
+              sm_scale, s_layout, o_layout, BLOCK_M, HEAD_DIM)
+
+
+# The partitions: warp_specialize needs a function per partition.
+@gluon.jit
+def _consumer0(o_desc, lse_ptr, smem, bars, B, Hq, Sq, Sk, sm_scale,
+               CONSUMERS: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+               HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+               OVERLAP: gl.constexpr, PERSISTENT: gl.constexpr):
     _consume(o_desc, lse_ptr, smem, bars, B, Hq, Sq, Sk, sm_scale,
-             1, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP, PERSISTENT)
+             0, CONSUMERS, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP, PERSISTENT)
 
 
 @gluon.jit
-def _consumer0(o_desc, lse_ptr, smem, bars, B, Hq, Sq, Sk, sm_scale,
-               BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
-               STAGES: gl.constexpr, CAUSAL: gl.constexpr, OVERLAP: gl.constexpr,
-               PERSISTENT: gl.constexpr):
+def _consumer1(o_desc, lse_ptr, smem, bars, B, Hq, Sq, Sk, sm_scale,
+               CONSUMERS: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+               HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+               OVERLAP: gl.constexpr, PERSISTENT: gl.constexpr):
     _consume(o_desc, lse_ptr, smem, bars, B, Hq, Sq, Sk, sm_scale,
-             0, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP, PERSISTENT)
+             1, CONSUMERS, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP, PERSISTENT)
+
+
+@gluon.jit
+def _consumer2(o_desc, lse_ptr, smem, bars, B, Hq, Sq, Sk, sm_scale,
+               CONSUMERS: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
+               HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+               OVERLAP: gl.constexpr, PERSISTENT: gl.constexpr):
+    _consume(o_desc, lse_ptr, smem, bars, B, Hq, Sq, Sk, sm_scale,
+             2, CONSUMERS, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP, PERSISTENT)
 
 
 @gluon.jit
 def attn_fwd_pingpong(q_desc, k_desc, v_desc, o_desc, lse_ptr, B, Hq, Hkv, Sq, Sk, sm_scale,
                       BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                       STAGES: gl.constexpr, CAUSAL: gl.constexpr, OVERLAP: gl.constexpr,
-                      PERSISTENT: gl.constexpr,
+                      PERSISTENT: gl.constexpr, CONSUMERS: gl.constexpr,
                       CONSUMER_REGS: gl.constexpr, LOAD_REGS: gl.constexpr):
-    """grid: (cdiv(Sq, 2 * BLOCK_M), B * Hq), or (num_sms,) when PERSISTENT; num_warps = 4
-    (consumer 0)."""
+    """grid: (cdiv(Sq, CONSUMERS * BLOCK_M), B * Hq), or (num_sms,) when PERSISTENT;
+    num_warps = 4 (consumer 0)."""
+    gl.static_assert(CONSUMERS == 2 or CONSUMERS == 3, "two or three consumer warpgroups")
     dtype: gl.constexpr = q_desc.dtype
-    q = gl.allocate_shared_memory(dtype, [2] + q_desc.block_type.shape, q_desc.layout)
+    q = gl.allocate_shared_memory(dtype, [CONSUMERS] + q_desc.block_type.shape, q_desc.layout)
     if PERSISTENT:
         # O has a buffer of its own, so the next work tile's Q can load during this epilogue.
-        o = gl.allocate_shared_memory(dtype, [2] + o_desc.block_type.shape, o_desc.layout)
+        o = gl.allocate_shared_memory(dtype, [CONSUMERS] + o_desc.block_type.shape,
+                                      o_desc.layout)
     else:
         o = q  # one work tile: O goes out through Q's slot once the last QKᵀ is done
     smem = FwdSmem(q, o,
@@ -536,26 +614,39 @@ def attn_fwd_pingpong(q_desc, k_desc, v_desc, o_desc, lse_ptr, B, Hq, Hkv, Sq, S
                                              k_desc.layout),
                    gl.allocate_shared_memory(dtype, [STAGES] + v_desc.block_type.shape,
                                              v_desc.layout))
-    bars = FwdBarriers(gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout()),
-                       gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout()),
-                       gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout()),
-                       gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout()),
-                       gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout()))
-    for i in gl.static_range(2):
+    bars = FwdBarriers(
+        gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout()),
+        gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout()),
+        gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout()),
+        gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout()),
+        gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout()))
+    for i in gl.static_range(CONSUMERS):
         mbarrier.init(bars.q_ready.index(i), count=1)
         mbarrier.init(bars.q_free.index(i), count=1)
     for i in gl.static_range(STAGES):
         mbarrier.init(bars.k_ready.index(i), count=1)
         mbarrier.init(bars.v_ready.index(i), count=1)
-        mbarrier.init(bars.kv_free.index(i), count=2)  # both consumers release each tile
+        mbarrier.init(bars.kv_free.index(i), count=CONSUMERS)  # every consumer releases each tile
 
     # The argument tuples are written in the call: a tuple stored in a variable would turn its
     # constexprs into runtime values.
-    gl.warp_specialize([
-        (_consumer0, (o_desc, lse_ptr, smem, bars, B, Hq, Sq, Sk, sm_scale,
-                      BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP, PERSISTENT)),
-        (_consumer1, (o_desc, lse_ptr, smem, bars, B, Hq, Sq, Sk, sm_scale,
-                      BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP, PERSISTENT)),
-        (_load, (q_desc, k_desc, v_desc, smem, bars, B, Hq, Hkv, Sq, Sk,
-                 BLOCK_M, BLOCK_N, STAGES, CAUSAL, PERSISTENT)),
-    ], [4, 1], [CONSUMER_REGS, LOAD_REGS])
+    if CONSUMERS == 2:
+        gl.warp_specialize([
+            (_consumer0, (o_desc, lse_ptr, smem, bars, B, Hq, Sq, Sk, sm_scale, CONSUMERS,
+                          BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP, PERSISTENT)),
+            (_consumer1, (o_desc, lse_ptr, smem, bars, B, Hq, Sq, Sk, sm_scale, CONSUMERS,
+                          BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP, PERSISTENT)),
+            (_load, (q_desc, k_desc, v_desc, smem, bars, B, Hq, Hkv, Sq, Sk,
+                     BLOCK_M, BLOCK_N, STAGES, CAUSAL, PERSISTENT, CONSUMERS)),
+        ], [4, 1], [CONSUMER_REGS, LOAD_REGS])
+    else:
+        gl.warp_specialize([
+            (_consumer0, (o_desc, lse_ptr, smem, bars, B, Hq, Sq, Sk, sm_scale, CONSUMERS,
+                          BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP, PERSISTENT)),
+            (_consumer1, (o_desc, lse_ptr, smem, bars, B, Hq, Sq, Sk, sm_scale, CONSUMERS,
+                          BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP, PERSISTENT)),
+            (_consumer2, (o_desc, lse_ptr, smem, bars, B, Hq, Sq, Sk, sm_scale, CONSUMERS,
+                          BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP, PERSISTENT)),
+            (_load, (q_desc, k_desc, v_desc, smem, bars, B, Hq, Hkv, Sq, Sk,
+                     BLOCK_M, BLOCK_N, STAGES, CAUSAL, PERSISTENT, CONSUMERS)),
+        ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, LOAD_REGS])
