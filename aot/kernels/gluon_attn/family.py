@@ -17,8 +17,9 @@ Config knobs:
               absent: the plain ping-pong, which waits for both GEMMs first
   persistent  1: one program per SM strides over the work tiles, O has its own shared buffer;
               absent: one program per work tile
-  consumers   3: three consumer warpgroups take turns (head dim 64 only, where a softmax's
-              exponentials take as long as its warpgroup's GEMMs); absent: two
+  consumers   3: three consumer warpgroups take turns (a work tile is 3 * M rows): at head dim
+              64 a softmax's exponentials take as long as its warpgroup's GEMMs, and two
+              others' GEMMs hide them better than one; absent: two
 
 The backward (bwd.py), three launches per variant. Config knobs:
   M           query rows per dK/dV step (the dK/dV program owns 128 keys, 64 per consumer)
@@ -61,7 +62,7 @@ FWD_CONFIGS = (
     {"M": 64, "N": 64, "stages": 3, "overlap": 1, "persistent": 1},
     {"M": 64, "N": 128, "stages": 3, "overlap": 1, "persistent": 1},
     {"M": 64, "N": 64, "stages": 2, "overlap": 1, "persistent": 1},
-    # three consumer warpgroups (head dim 64; `excluded` says why not wider)
+    # three consumer warpgroups (`excluded`: all at head dim 64, N64 at 96 and 128)
     {"M": 64, "N": 128, "stages": 2, "overlap": 1, "consumers": 3},
     {"M": 64, "N": 128, "stages": 3, "overlap": 1, "consumers": 3},
     {"M": 64, "N": 64, "stages": 3, "overlap": 1, "consumers": 3},
@@ -70,9 +71,7 @@ FWD_CONFIGS = (
     {"M": 64, "N": 128, "stages": 3, "persistent": 1, "consumers": 3},
     {"M": 64, "N": 64, "stages": 3, "overlap": 1, "persistent": 1, "consumers": 3},
 )
-# Forward consumer warpgroups, and the widest tile (head dim) three of them fit registers for.
-FWD_CONSUMERS = 2
-FWD_CONSUMERS_3_MAX_DIM = 64
+FWD_CONSUMERS = 2  # consumer warpgroups of a forward config without the knob
 
 # Backward. The dK/dV program owns 128 keys (64 per consumer warpgroup) and steps M query
 # rows at a time; det 1 adds the dQ kernel, whose program owns 128 query rows and steps qN keys.
@@ -242,12 +241,21 @@ def bwd_fp32_registers(head_dim: int, config) -> int:
     return max(dkdv, dq)
 
 
+def three_consumers_spill(head_dim: int, config) -> bool:
+    """Three consumers get 160 registers a thread (consumer 0 168). At tile width 64 every
+    declared config compiles without spills; at 128 (O's accumulator 64 fp32 registers a
+    thread) only one program per work tile with 64-key tiles does: 128-key score tiles, or the
+    persistent loop's counters, spilled (6-200 local-memory stores in the SASS, 2026-12-01); 256
+    is further out."""
+    tile = tile_dim(head_dim)
+    return tile > 128 or (tile == 128 and (config["N"] > 64 or bool(config.get("persistent"))))
+
+
 def excluded(arch: str, op: str, key: FunctionalKey, config) -> str | None:
-    if op == "fwd" and config.get("consumers", FWD_CONSUMERS) == 3 \
-            and tile_dim(key.head_dim) > FWD_CONSUMERS_3_MAX_DIM:
-        return (f"three consumer warpgroups get {CONSUMER_REGS_3} registers a thread; an "
-                f"[{config['M']}, {tile_dim(key.head_dim)}] fp32 accumulator beside the scores "
-                "would spill")
+    if (op == "fwd" and config.get("consumers", FWD_CONSUMERS) == 3
+            and three_consumers_spill(key.head_dim, config)):
+        return (f"three consumer warpgroups get {CONSUMER_REGS_3} registers a thread, which "
+                f"this config spills at head dim {key.head_dim}")
     need = shared_memory_bytes(tile_dim(key.head_dim), config, op)
     if need > SHARED_MEMORY_BYTES:
         return f"needs {need // 1024} KiB shared memory; sm_90 has {SHARED_MEMORY_BYTES // 1024} KiB"
