@@ -62,7 +62,7 @@ FWD_CONFIGS = (
     {"M": 64, "N": 64, "stages": 3, "overlap": 1, "persistent": 1},
     {"M": 64, "N": 128, "stages": 3, "overlap": 1, "persistent": 1},
     {"M": 64, "N": 64, "stages": 2, "overlap": 1, "persistent": 1},
-    # three consumer warpgroups (`excluded`: all at head dim 64, N64 at 96 and 128)
+    # three consumer warpgroups, head dim 64 only (`excluded` says why)
     {"M": 64, "N": 128, "stages": 2, "overlap": 1, "consumers": 3},
     {"M": 64, "N": 128, "stages": 3, "overlap": 1, "consumers": 3},
     {"M": 64, "N": 64, "stages": 3, "overlap": 1, "consumers": 3},
@@ -241,21 +241,25 @@ def bwd_fp32_registers(head_dim: int, config) -> int:
     return max(dkdv, dq)
 
 
-def three_consumers_spill(head_dim: int, config) -> bool:
-    """Three consumers get 160 registers a thread (consumer 0 168). At tile width 64 every
-    declared config compiles without spills; at 128 (O's accumulator 64 fp32 registers a
-    thread) only one program per work tile with 64-key tiles does: 128-key score tiles, or the
-    persistent loop's counters, spilled (6-200 local-memory stores in the SASS, 2026-12-01); 256
-    is further out."""
-    tile = tile_dim(head_dim)
-    return tile > 128 or (tile == 128 and (config["N"] > 64 or bool(config.get("persistent"))))
+def three_consumers_excluded(head_dim: int) -> str | None:
+    """Three consumers get 160 registers a thread (consumer 0 168), and serve tile width 64.
+    At 128, with O's accumulator 64 fp32 registers a thread, 128-key score tiles or the
+    persistent loop's counters spill (6-200 local-memory stores in the SASS); the one config
+    that fits (N64, 3 stages, overlapped, not persistent) ran correct on the H200 but measured
+    a geomean 0.83x of the best two-consumer config over the 154 head-dim-96/128 prefill keys
+    (run32, docs/gluon-family.md), winning 12 by at most 2 %. At 64 the softmax is as long as
+    the GEMMs and a third warpgroup pays (1.11x at S >= 2048 without a mask)."""
+    if tile_dim(head_dim) > 64:
+        return ("three consumer warpgroups serve head dim 64 only: at wider tiles they spill "
+                "or measured slower than two (docs/gluon-family.md)")
+    return None
 
 
 def excluded(arch: str, op: str, key: FunctionalKey, config) -> str | None:
-    if (op == "fwd" and config.get("consumers", FWD_CONSUMERS) == 3
-            and three_consumers_spill(key.head_dim, config)):
-        return (f"three consumer warpgroups get {CONSUMER_REGS_3} registers a thread, which "
-                f"this config spills at head dim {key.head_dim}")
+    if op == "fwd" and config.get("consumers", FWD_CONSUMERS) == 3:
+        reason = three_consumers_excluded(key.head_dim)
+        if reason:
+            return reason
     need = shared_memory_bytes(tile_dim(key.head_dim), config, op)
     if need > SHARED_MEMORY_BYTES:
         return f"needs {need // 1024} KiB shared memory; sm_90 has {SHARED_MEMORY_BYTES // 1024} KiB"
