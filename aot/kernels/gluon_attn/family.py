@@ -218,10 +218,10 @@ def bwd_workspace(arch: str, op: str, key: FunctionalKey, config) -> tuple[Works
 
 def shared_memory_bytes(head_dim: int, config, op: str = "fwd") -> int:
     """16-bit tiles plus barriers. Forward: a Q tile per consumer (reused for O unless
-    persistent, which has O tiles of its own) and `stages` K and V tiles. Backward: the larger of the dK/dV
-    kernel (128 keys of K and V, `stages` Q and dO tiles, and two double-buffered dSᵀ tiles
-    when fast, plus two fp32 dQ staging tiles with `tma`) and the dQ kernel (two Q and dO
-    tiles, `stages` K and V tiles of qN keys)."""
+    persistent, which has O tiles of its own) and `stages` K and V tiles. Backward: the larger
+    of the dK/dV kernel (128 keys of K and V, `stages` Q and dO tiles, and two double-buffered
+    dSᵀ tiles when fast, plus two fp32 dQ staging tiles with `tma`) and the dQ kernel (two Q
+    and dO tiles, `stages` K and V tiles of qN keys)."""
     if op == "fwd":
         q_tiles = config.get("consumers", FWD_CONSUMERS) * (2 if config.get("persistent") else 1)
         rows = q_tiles * config["M"] + 2 * config["stages"] * config["N"]

@@ -139,7 +139,7 @@ class FwdSmem:
 @aggregate
 class FwdBarriers:
     q_ready: gl.shared_memory_descriptor  # [CONSUMERS] a consumer's Q tile landed
-    q_free: gl.shared_memory_descriptor   # [CONSUMERS] a consumer did its last QKᵀ with its Q tile
+    q_free: gl.shared_memory_descriptor   # [CONSUMERS] a consumer did its last QKᵀ with its Q
     # K(j) lands on k_ready. With a 2-stage ring V(j) lands on v_ready, so QKᵀ(j) waits for
     # K(j) only; with 3 stages the loads run far enough ahead that the second wait only costs,
     # and V(j) lands on k_ready beside K(j) (v_ready is unused). Separate allocations: Triton
