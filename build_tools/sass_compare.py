@@ -16,9 +16,7 @@ import re
 import sys
 from pathlib import Path
 
-import triton
-
-from attnpack.builder.backends.triton import disassemble, gpu_target, options, source
+from attnpack.builder.backends.triton import disassemble
 from attnpack.builder.compile import CompileJob
 from attnpack.family import load_families
 
@@ -43,12 +41,8 @@ def tree_code(tree: Path, family: str, op: str, name_filter: str) -> dict:
     for variant in spec.all_variants(ARCH):
         if variant.op != op or name_filter not in variant.name:
             continue
-        steps = []
-        for step in variant.steps:
-            job = CompileJob(variant, step)
-            compiled = triton.compile(source(job), target=gpu_target(ARCH), options=options(job))
-            steps.append(instructions(compiled.asm["cubin"]))
-        code[variant.name] = steps
+        jobs = [CompileJob(variant, step) for step in variant.steps]
+        code[variant.name] = [instructions(job.backend.compile(job).image) for job in jobs]
     return code
 
 

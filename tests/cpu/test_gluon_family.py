@@ -212,16 +212,14 @@ THREE_CONSUMERS = ("gluon/fwd/bf16-d64-causal/M64_N64_stages3_overlap1_persisten
 def three_consumer_cubins():
     """Two of the three-consumer kernels (head dim 64), compiled alone:
     {name: (step, cubin, warps)}."""
-    import triton
-    from attnpack.builder.backends.triton import gpu_target, options, source
     from attnpack.builder.compile import CompileJob
     variants = {v.name: v for v in load_families()["gluon"].all_variants("sm_90")}
     out = {}
     for name in THREE_CONSUMERS:
         [step] = variants[name].steps
         job = CompileJob(variants[name], step)
-        kernel = triton.compile(source(job), target=gpu_target("sm_90"), options=options(job))
-        out[name] = step, kernel.asm["cubin"], kernel.metadata.num_warps
+        compiled = job.backend.compile(job)
+        out[name] = step, compiled.image, compiled.meta["num_warps"]
     return out
 
 

@@ -564,34 +564,6 @@ def _consume_rows(o_desc, lse_ptr, smem, bars, b, h, count, n_tiles, row0, Hq, S
               sm_scale, s_layout, o_layout, BLOCK_M, HEAD_DIM)
 
 
-# The partitions: warp_specialize needs a function per partition.
-@gluon.jit
-def _consumer0(o_desc, lse_ptr, smem, bars, B, Hq, Sq, Sk, sm_scale,
-               CONSUMERS: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-               HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-               OVERLAP: gl.constexpr, PERSISTENT: gl.constexpr):
-    _consume(o_desc, lse_ptr, smem, bars, B, Hq, Sq, Sk, sm_scale,
-             0, CONSUMERS, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP, PERSISTENT)
-
-
-@gluon.jit
-def _consumer1(o_desc, lse_ptr, smem, bars, B, Hq, Sq, Sk, sm_scale,
-               CONSUMERS: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-               HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-               OVERLAP: gl.constexpr, PERSISTENT: gl.constexpr):
-    _consume(o_desc, lse_ptr, smem, bars, B, Hq, Sq, Sk, sm_scale,
-             1, CONSUMERS, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP, PERSISTENT)
-
-
-@gluon.jit
-def _consumer2(o_desc, lse_ptr, smem, bars, B, Hq, Sq, Sk, sm_scale,
-               CONSUMERS: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
-               HEAD_DIM: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-               OVERLAP: gl.constexpr, PERSISTENT: gl.constexpr):
-    _consume(o_desc, lse_ptr, smem, bars, B, Hq, Sq, Sk, sm_scale,
-             2, CONSUMERS, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP, PERSISTENT)
-
-
 @gluon.jit
 def attn_fwd_pingpong(q_desc, k_desc, v_desc, o_desc, lse_ptr, B, Hq, Hkv, Sq, Sk, sm_scale,
                       BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
@@ -628,25 +600,26 @@ def attn_fwd_pingpong(q_desc, k_desc, v_desc, o_desc, lse_ptr, B, Hq, Hkv, Sq, S
         mbarrier.init(bars.v_ready.index(i), count=1)
         mbarrier.init(bars.kv_free.index(i), count=CONSUMERS)  # every consumer releases each tile
 
-    # The argument tuples are written in the call: a tuple stored in a variable would turn its
-    # constexprs into runtime values.
+    # Each consumer partition is _consume with its index as a constexpr. The argument tuples
+    # are written in the call: a tuple stored in a variable would turn its constexprs into
+    # runtime values.
     if CONSUMERS == 2:
         gl.warp_specialize([
-            (_consumer0, (o_desc, lse_ptr, smem, bars, B, Hq, Sq, Sk, sm_scale, CONSUMERS,
-                          BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP, PERSISTENT)),
-            (_consumer1, (o_desc, lse_ptr, smem, bars, B, Hq, Sq, Sk, sm_scale, CONSUMERS,
-                          BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP, PERSISTENT)),
+            (_consume, (o_desc, lse_ptr, smem, bars, B, Hq, Sq, Sk, sm_scale, 0, CONSUMERS,
+                        BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP, PERSISTENT)),
+            (_consume, (o_desc, lse_ptr, smem, bars, B, Hq, Sq, Sk, sm_scale, 1, CONSUMERS,
+                        BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP, PERSISTENT)),
             (_load, (q_desc, k_desc, v_desc, smem, bars, B, Hq, Hkv, Sq, Sk,
                      BLOCK_M, BLOCK_N, STAGES, CAUSAL, PERSISTENT, CONSUMERS)),
         ], [4, 1], [CONSUMER_REGS, LOAD_REGS])
     else:
         gl.warp_specialize([
-            (_consumer0, (o_desc, lse_ptr, smem, bars, B, Hq, Sq, Sk, sm_scale, CONSUMERS,
-                          BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP, PERSISTENT)),
-            (_consumer1, (o_desc, lse_ptr, smem, bars, B, Hq, Sq, Sk, sm_scale, CONSUMERS,
-                          BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP, PERSISTENT)),
-            (_consumer2, (o_desc, lse_ptr, smem, bars, B, Hq, Sq, Sk, sm_scale, CONSUMERS,
-                          BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP, PERSISTENT)),
+            (_consume, (o_desc, lse_ptr, smem, bars, B, Hq, Sq, Sk, sm_scale, 0, CONSUMERS,
+                        BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP, PERSISTENT)),
+            (_consume, (o_desc, lse_ptr, smem, bars, B, Hq, Sq, Sk, sm_scale, 1, CONSUMERS,
+                        BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP, PERSISTENT)),
+            (_consume, (o_desc, lse_ptr, smem, bars, B, Hq, Sq, Sk, sm_scale, 2, CONSUMERS,
+                        BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP, PERSISTENT)),
             (_load, (q_desc, k_desc, v_desc, smem, bars, B, Hq, Hkv, Sq, Sk,
                      BLOCK_M, BLOCK_N, STAGES, CAUSAL, PERSISTENT, CONSUMERS)),
         ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, LOAD_REGS])
