@@ -28,14 +28,18 @@ SHARED_MEMORY_LIMIT = 227 * 1024
 FAST = "gluon/bwd/bf16-d128-causal/M64_stages2_det0"
 TMA = "gluon/bwd/bf16-d128-causal/M64_stages2_det0_tma1"
 DET = "gluon/bwd/bf16-d128-causal/M64_stages2_det1_qN64"
-CONFIGS_PER_KEY = 8    # family.BWD_CONFIGS
+CONFIGS_PER_KEY = 8    # family.BWD_CONFIGS, head dims 64, 96 and 128
+WIDE = "gluon/bwd/bf16-d256-causal/M64_stages2_det0_wide1"
+WIDE_KERNELS = 4       # the one wide config x (fp16, bf16) x (full, causal), head dim 256
 # The TMA-reduce dK/dV kernel at causal head dim 128 (and 96, on 128-wide tiles) spills a few
 # loop-invariant registers
 # (ptxas: 16-24 bytes, 240 registers a thread being the ceiling of two consumer warpgroups):
 # stored before the tile loop, reloaded after it (at 3 stages one reload a tile). It still
 # measured the fastest det0 kernel at those keys (docs/gluon-bwd.md), so it is declared; the
 # bound keeps any larger spill, or a spill anywhere else, a failure.
-SPILL_ALLOWED = {"attn_bwd_dkdv_dq_tma": 32}
+# The wide kernel (head dim 256) under causal spills 24 bytes the same way: loop-carried
+# scalars of consumer 0, whose mask code is the extra pressure (no spill without a mask).
+SPILL_ALLOWED = {"attn_bwd_dkdv_dq_tma": (32, (96, 128)), "attn_bwd_dkdv_wide_dq_atomic": (24, (256,))}
 
 
 @pytest.fixture(scope="module")
@@ -57,9 +61,9 @@ def test_every_declared_variant_builds_and_verifies(bwd_archive):
     # a stack frame (spill) is a warning: only the allowed ones (test_no_spills_...) appear
     assert problems == []
     assert all("stack frame" in w and any(f"({s})" in w for s in SPILL_ALLOWED) for w in warnings)
-    # 8 configs x (fp16, bf16) x (64, 96, 128) x (full, causal)
+    # 8 configs x (fp16, bf16) x (64, 96, 128) x (full, causal), and the wide ones at 256
     assert sorted(k["name"] for k in ar.kernels) == sorted(v.name for v in declared())
-    assert len(ar.kernels) == 12 * CONFIGS_PER_KEY
+    assert len(ar.kernels) == 12 * CONFIGS_PER_KEY + WIDE_KERNELS
 
 
 def test_no_spills_and_shared_memory_fits(bwd_archive):
@@ -71,8 +75,8 @@ def test_no_spills_and_shared_memory_fits(bwd_archive):
             where = f"{kernel['name']} {step['name']}"
             allowed = 0
             if step["symbol"] in SPILL_ALLOWED and kernel["key"]["causal"] \
-                    and kernel["key"]["head_dim"] in (96, 128):
-                allowed = SPILL_ALLOWED[step["symbol"]]
+                    and kernel["key"]["head_dim"] in SPILL_ALLOWED[step["symbol"]][1]:
+                allowed = SPILL_ALLOWED[step["symbol"]][0]
             assert facts.resources.get("stack_bytes", 0) <= allowed, where
             assert facts.resources.get("local_bytes", 0) <= allowed, where
             assert step["shared"] <= SHARED_MEMORY_LIMIT, where
@@ -80,7 +84,7 @@ def test_no_spills_and_shared_memory_fits(bwd_archive):
             warps = 12 if step["name"] in ("bwd_dkdv", "bwd_dq") else 4
             assert step["block"] == [32 * warps, 1, 1], where
             seen += 1
-    assert seen == 3 * 12 * CONFIGS_PER_KEY
+    assert seen == 3 * (12 * CONFIGS_PER_KEY + WIDE_KERNELS)
 
 
 def test_steps_and_workspace_per_variant(bwd_archive):
@@ -209,5 +213,38 @@ def test_fast_variants_add_dq_the_way_they_declare(bwd_archive):
         else:
             assert atomics > 0 and reduces == 0, (kernel["name"], reduces, atomics)
             seen["atomic"] += 1
-    # 2 stage counts x (fp16, bf16) x (64, 96, 128) x (full, causal) of each
-    assert seen == {"tma": 24, "atomic": 24}
+    # 2 stage counts x (fp16, bf16) x (64, 96, 128) x (full, causal) of each, and the wide
+    # kernels (atomics)
+    assert seen == {"tma": 24, "atomic": 24 + WIDE_KERNELS}
+
+
+def test_head_dim_256_runs_on_the_wide_kernel(bwd_archive):
+    """Head dim 256 has the wide dK/dV kernel only (64 keys a program, grid Sk/64), with the
+    fast variant's preprocess, accumulator and convert around it; the wide config is excluded
+    at the other head dims and the others at 256."""
+    ar = read_archive(bwd_archive)
+    wide = ar.kernel(WIDE)
+    assert [s["name"] for s in wide["steps"]] == ["bwd_preprocess", "bwd_dkdv", "bwd_dq_convert"]
+    assert wide["steps"][1]["symbol"] == "attn_bwd_dkdv_wide_dq_atomic"
+    assert wide["steps"][1]["grid"] == [[["Sk", 64]], [["B", 1], ["Hkv", 1]], []]
+    assert wide["workspace"] == ar.kernel(FAST)["workspace"]
+    assert not wide["deterministic"]
+    assert [k["name"] for k in ar.kernels if k["key"]["head_dim"] == 256] == \
+        [k["name"] for k in ar.kernels if "wide1" in k["name"]]
+    family = load_families()["gluon"]
+    key = lambda d: next(v.key for v in declared() if v.key.head_dim == d)
+    [wide_config] = [c for c in family.configs["bwd"] if c.get("wide")]
+    assert family.excluded("sm_90", "bwd", key(128), wide_config) is not None
+    assert all(family.excluded("sm_90", "bwd", key(256), c) is not None
+               for c in family.configs["bwd"] if not c.get("wide"))
+    # the recorded launch: one program per 64 keys of each kv head
+    B, Hq, Hkv, Sq, Sk = 2, 16, 8, 300, 1000
+    ptrs = {t: 0x7f0000000000 + (i << 28) for i, t in
+            enumerate(("q", "k", "v", "o", "do", "dq", "dk", "dv", "lse"))}
+    with rt.Bundle(bwd_archive, recording=True) as bundle:
+        prob = rt.make_problem("bwd", "bf16", B=B, Hq=Hq, Hkv=Hkv, Sq=Sq, Sk=Sk, D=256,
+                               causal=True, pointers=ptrs, kernel=WIDE)
+        size = bundle.workspace_size(prob)
+        bundle.backward(prob, workspace=0x7e0000000000, workspace_size=size)
+        grids = [launch["grid"] for launch in bundle.recorded_launches()["launches"]]
+    assert grids[1] == [math.ceil(Sk / 64), B * Hkv, 1]

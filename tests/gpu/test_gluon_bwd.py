@@ -45,8 +45,14 @@ BATCH_HEADS = ((1, 8, 8), (1, 32, 8), (3, 8, 8), (3, 32, 8), (2, 16, 2))
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 SMOKE_TIMEOUT_S = 60  # the child's start: torch, CUDA context, archive
 # backward configs per key (family.BWD_CONFIGS): det0 with atomic or TMA dQ, 2 and 3 stages;
-# det1 with qN 64 and 128
+# det1 with qN 64 and 128; at head dim 256 the one wide config (bwd_wide.py)
 CONFIGS_PER_KEY = 8
+WIDE_CONFIGS_PER_KEY = 1
+HEAD_DIMS = (64, 96, 128, 256)  # 96 on 128-wide tiles, 256 on the wide kernel
+
+
+def configs_per_key(head_dim):
+    return WIDE_CONFIGS_PER_KEY if head_dim == 256 else CONFIGS_PER_KEY
 
 
 @pytest.fixture(scope="session")
@@ -92,8 +98,9 @@ def run_kernel(bundle, name, q, k, v, do, o, lse, causal, scale):
 
 def test_every_declared_kernel_is_in_the_archive(archive):
     names = sorted(k["name"] for k in read_archive(archive).kernels if k["op"] == "bwd")
-    # (fp16, bf16) x (64, 96, 128) x (full, causal)
-    assert names == sorted(all_kernels()) and len(names) == 12 * CONFIGS_PER_KEY
+    # (fp16, bf16) x (64, 96, 128 | 256) x (full, causal)
+    assert names == sorted(all_kernels())
+    assert len(names) == 12 * CONFIGS_PER_KEY + 4 * WIDE_CONFIGS_PER_KEY
 
 
 def test_smoke_every_kernel_finishes(archive):
@@ -152,7 +159,7 @@ def _grid():
     cases, i = [], 0
     for sq in SEQS:
         for sk in SEQS:
-            for d in (64, 96, 128):  # 96 on 128-wide tiles
+            for d in HEAD_DIMS:
                 for causal in (False, True):
                     for j, dtype in enumerate(DTYPES):
                         b, hq, hkv = BATCH_HEADS[(i + j) % len(BATCH_HEADS)]
@@ -172,7 +179,7 @@ def test_gradients_match_math_sdpa(archive, B, Hq, Hkv, Sq, Sk, D, causal, dtype
     backend, _, *theirs = family_check.pytorch_backend(q, k, v, do, causal, scale)
     o, lse = ref[0].to(q.dtype), ref[1].contiguous()
     names = kernels_of(archive, dtype, D, causal)
-    assert len(names) == CONFIGS_PER_KEY
+    assert len(names) == configs_per_key(D)
     failures = []  # every kernel is checked, so one wrong config does not hide the others
     with rt.Bundle(archive) as bundle:
         for name in names:
@@ -229,7 +236,7 @@ def test_deterministic_variants_are_bitwise_repeatable(archive, D, causal):
 # so there, as at head dim 128, only finiteness is asked: P is taken in natural units and
 # clamped at 0 before the base change, so no row can overflow where the LSE rounded.
 EXTREMES = [("bf16", 1e18, 64, 40), ("fp16", 65504.0, 64, 40), ("bf16", 133120.0, 128, 300),
-            ("fp16", 65504.0, 128, 300)]
+            ("fp16", 65504.0, 128, 300), ("bf16", 133120.0, 256, 300)]
 
 
 @pytest.mark.parametrize("dtype,value,D,S", EXTREMES, ids=[f"{c[0]}-{c[1]:g}-d{c[2]}-S{c[3]}"

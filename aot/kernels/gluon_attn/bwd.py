@@ -193,10 +193,11 @@ class KeyBlock:
 
 
 @gluon.jit
-def _key_block(Hq, Hkv, Sq, Sk, BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr):
-    """grid: (cdiv(Sk, 2 * HALF_N), B * Hkv). Under causal the first key blocks see the most
-    queries, and block 0 launches first."""
-    n0 = gl.program_id(0) * (2 * HALF_N)
+def _key_block(Hq, Hkv, Sq, Sk, BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr,
+               KEY_TILES: gl.constexpr):
+    """grid: (cdiv(Sk, KEY_TILES * HALF_N), B * Hkv). Under causal the first key blocks see the
+    most queries, and block 0 launches first."""
+    n0 = gl.program_id(0) * (KEY_TILES * HALF_N)
     bh = gl.program_id(1)
     if CAUSAL:
         # queries above the diagonal see none of these keys: start at the tile holding row n0
@@ -256,12 +257,15 @@ class DkdvBarriers:
 @gluon.jit
 def _dkdv_load(q_desc, k_desc, v_desc, do_desc, smem, bars, lse_ptr, delta_ptr,
                Hq, Hkv, Sq, Sk, sm_scale,
-               BLOCK_M: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr):
-    blk = _key_block(Hq, Hkv, Sq, Sk, BLOCK_M, CAUSAL)
+               BLOCK_M: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+               KEY_TILES: gl.constexpr):
+    """K and V of the program's KEY_TILES tiles of 64 keys (two halves here, one in
+    bwd_wide.py), then the ring of query tiles."""
+    blk = _key_block(Hq, Hkv, Sq, Sk, BLOCK_M, CAUSAL, KEY_TILES)
     row_layout: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
-    kv_bytes: gl.constexpr = 2 * (k_desc.block_type.nbytes + v_desc.block_type.nbytes)
+    kv_bytes: gl.constexpr = KEY_TILES * (k_desc.block_type.nbytes + v_desc.block_type.nbytes)
     mbarrier.expect(bars.kv_ready, kv_bytes)
-    for half in gl.static_range(2):
+    for half in gl.static_range(KEY_TILES):
         row = blk.n0 + half * HALF_N
         tma.async_copy_global_to_shared(k_desc, [blk.b, blk.h_kv, row, 0], bars.kv_ready,
                                         smem.k.index(half))
@@ -431,7 +435,7 @@ def _dkdv_consume(smem, bars, lse_ptr, delta_ptr, dq_out, dk, dv,
     s_layout: gl.constexpr = _nvmma(BLOCK_M)            # Sᵀ, dPᵀ: [64 keys, BLOCK_M queries]
     kv_layout: gl.constexpr = _nvmma(HEAD_DIM)          # dK, dV: [64 keys, HEAD_DIM]
 
-    blk = _key_block(Hq, Hkv, Sq, Sk, BLOCK_M, CAUSAL)
+    blk = _key_block(Hq, Hkv, Sq, Sk, BLOCK_M, CAUSAL, 2)
     key0 = blk.n0 + CONSUMER * HALF_N
     k = smem.k.index(CONSUMER).reshape([HALF_N, HEAD_DIM])
     v = smem.v.index(CONSUMER).reshape([HALF_N, HEAD_DIM])
@@ -532,7 +536,7 @@ def _dkdv_program(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_out, d
                            Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
                            BLOCK_M, HEAD_DIM, D, STAGES, CAUSAL, DQ_ADD)),
         (_dkdv_load, (q_desc, k_desc, v_desc, do_desc, smem, bars, lse_ptr, delta_ptr,
-                      Hq, Hkv, Sq, Sk, sm_scale, BLOCK_M, STAGES, CAUSAL)),
+                      Hq, Hkv, Sq, Sk, sm_scale, BLOCK_M, STAGES, CAUSAL, 2)),
     ], [4, 1], [CONSUMER_REGS, LOAD_REGS])
 
 

@@ -6,8 +6,8 @@ priority 1000, so it is never a family default: it serves where the tuning datab
 (293 of the 336 sm_90 forward keys and 266 of the 286 backward keys in aot/tuning_db/sm_90.jsonl),
 with the triton default behind it for inputs a TMA descriptor cannot take.
 
-Head dims: the forward serves 64, 96, 128 and 256; the backward 64, 96 and 128. 96 runs on
-128-wide tiles (`tile_dim`).
+Head dims: the forward and the backward serve 64, 96, 128 and 256. 96 runs on 128-wide tiles
+(`tile_dim`); the backward at 256 has a kernel of its own (`wide`, bwd_wide.py).
 
 Config knobs:
   M           query rows per consumer warpgroup (a work tile is 2 * M rows, or 3 * M)
@@ -32,6 +32,8 @@ The backward (bwd.py), three launches per variant. Config knobs:
               TMA reduce-add; absent: added from registers with fp32 atomics
   qN          (det 1) key rows per K/V tile of the dQ kernel
   qS          (det 1) the dQ kernel's K/V ring depth, where it differs from `stages`
+  wide        (det 0, head dim 256 only) 1: the dK/dV program owns 64 keys and its two
+              consumers split the head dim (bwd_wide.py); dQ added with fp32 atomics
 """
 import inspect
 
@@ -43,6 +45,7 @@ from attnpack.targets import TARGETS
 
 from .bwd import (attn_bwd_dkdv, attn_bwd_dkdv_dq_atomic, attn_bwd_dkdv_dq_tma, attn_bwd_dq,
                   attn_bwd_dq_convert, attn_bwd_preprocess, dq_share_cols)
+from .bwd_wide import attn_bwd_dkdv_wide_dq_atomic
 from .fwd import attn_fwd_pingpong
 
 SHARED_MEMORY_BYTES = TARGETS["sm_90"].shared_bytes
@@ -87,16 +90,22 @@ BWD_CONFIGS = (
     {"M": 64, "stages": 3, "det": 1, "qN": 64},
     {"M": 64, "stages": 2, "det": 1, "qN": 128},
     {"M": 64, "stages": 3, "det": 1, "qN": 128, "qS": 2},
+    # head dim 256 (`excluded` keeps it there): 64 keys a program, the head dim split across
+    # the two consumers; the 2-stage ring is the deepest that fits shared memory
+    {"M": 64, "stages": 2, "det": 0, "wide": 1},
 )
 # fp32 registers per consumer thread: accumulators (dK + dV, or dQ) plus the two score tiles
 # (Sᵀ and dPᵀ, or S and dP). Above this ptxas spills at 240 registers a thread.
 BWD_MAX_FP32_REGS = 192
 # Backward head dims: 96 runs on 128-wide tiles, as the forward's (its plain-pointer steps, the
-# dQ accumulator and the dK/dV stores take the head dim itself, D, beside the tile's HEAD_DIM).
-BWD_HEAD_DIMS = (64, 96, 128)
+# dQ accumulator and the dK/dV stores take the head dim itself, D, beside the tile's HEAD_DIM);
+# 256 on the `wide` kernel only.
+BWD_HEAD_DIMS = (64, 96, 128, 256)
+WIDE_TILE_DIM = 256
 # Rows per program of the preprocess (Δ, zeroing) and convert kernels: memory-bound, small.
 BWD_ROWS_PER_PROGRAM = 64
 BWD_KEYS_PER_PROGRAM = 128   # dK/dV: 64 per consumer (bwd.HALF_N)
+WIDE_KEYS_PER_PROGRAM = 64   # dK/dV of the wide kernel: the consumers split the head dim
 BWD_QUERIES_PER_PROGRAM = 128  # dQ: 64 per consumer
 
 # setmaxnreg per partition: the loader needs few registers, which frees them for the two
@@ -176,10 +185,12 @@ def _bwd_steps(key: FunctionalKey, config) -> tuple[Step, ...]:
     dkdv_maps = (_tensor_map("q_desc", "q", m, key), _tensor_map("k_desc", "k", 64, key),
                  _tensor_map("v_desc", "v", 64, key), _tensor_map("do_desc", "do", m, key))
     dkdv_words = {"lse_ptr": "lse", "delta_ptr": "delta", "qk_scale": "sm_scale_log2"}
-    dkdv_grid = ((("Sk", BWD_KEYS_PER_PROGRAM),), (("B", 1), ("Hkv", 1)), ())
+    keys = WIDE_KEYS_PER_PROGRAM if config.get("wide") else BWD_KEYS_PER_PROGRAM
+    dkdv_grid = ((("Sk", keys),), (("B", 1), ("Hkv", 1)), ())
     dkdv_consts = {"BLOCK_M": m, **dims, "STAGES": config["stages"], "CAUSAL": key.causal,
                    **regs}
     dkdv_kernel = (attn_bwd_dkdv if det else
+                   attn_bwd_dkdv_wide_dq_atomic if config.get("wide") else
                    attn_bwd_dkdv_dq_tma if config.get("tma") else attn_bwd_dkdv_dq_atomic)
     if config.get("tma"):
         # each consumer's dQ share: half the tile's columns on 128-wide tiles (both consumers,
@@ -221,12 +232,16 @@ def shared_memory_bytes(head_dim: int, config, op: str = "fwd") -> int:
     persistent, which has O tiles of its own) and `stages` K and V tiles. Backward: the larger
     of the dK/dV kernel (128 keys of K and V, `stages` Q and dO tiles, and two double-buffered
     dSᵀ tiles when fast, plus two fp32 dQ staging tiles with `tma`) and the dQ kernel (two Q
-    and dO tiles, `stages` K and V tiles of qN keys)."""
+    and dO tiles, `stages` K and V tiles of qN keys). The wide kernel: 64 keys of K and V,
+    `stages` Q and dO tiles, and the hand-over tiles Pᵀ (fp32) and dSᵀ."""
     if op == "fwd":
         q_tiles = config.get("consumers", FWD_CONSUMERS) * (2 if config.get("persistent") else 1)
         rows = q_tiles * config["M"] + 2 * config["stages"] * config["N"]
         return 2 * head_dim * rows + 1024
     m, stages = config["M"], config["stages"]
+    if config.get("wide"):
+        return (2 * head_dim * (2 * WIDE_KEYS_PER_PROGRAM + 2 * stages * m)
+                + (4 + 2) * WIDE_KEYS_PER_PROGRAM * m + 1024)
     dkdv = 2 * head_dim * (2 * BWD_KEYS_PER_PROGRAM + 2 * stages * m)
     if not config["det"]:
         dkdv += 2 * (2 * BWD_KEYS_PER_PROGRAM * m)
@@ -238,7 +253,12 @@ def shared_memory_bytes(head_dim: int, config, op: str = "fwd") -> int:
 
 
 def bwd_fp32_registers(head_dim: int, config) -> int:
-    """fp32 values per consumer thread (128 threads) held at the widest point of each kernel."""
+    """fp32 values per consumer thread (128 threads) held at the widest point of each kernel.
+    The wide kernel's consumer holds half the head dim of dK and dV, beside one score tile and
+    later its half of the tile's dQ."""
+    if config.get("wide"):
+        half = 64 * head_dim // 2
+        return max(2 * half + 64 * config["M"], 3 * half) // 128
     dkdv = (2 * 64 * head_dim + 2 * 64 * config["M"]) // 128
     dq = (64 * head_dim + 2 * 64 * config["qN"]) // 128 if config["det"] else 0
     return max(dkdv, dq)
@@ -259,6 +279,9 @@ def three_consumers_excluded(head_dim: int) -> str | None:
 
 
 def excluded(arch: str, op: str, key: FunctionalKey, config) -> str | None:
+    if op == "bwd" and bool(config.get("wide")) != (tile_dim(key.head_dim) == WIDE_TILE_DIM):
+        return ("head dim 256 runs on the wide dK/dV kernel only, and that kernel on head dim "
+                "256 only (narrower tiles fit bwd.py's, whose consumers own 64 keys each)")
     if (op == "fwd" and config.get("persistent") and config.get("overlap") and config["N"] == 128
             and config["stages"] == 2 and config.get("consumers", FWD_CONSUMERS) == 2):
         if tile_dim(key.head_dim) <= 64:

@@ -1,0 +1,262 @@
+"""The backward's dK/dV kernel for head dim 256, with dQ added by fp32 atomics (bwd.py's fast
+variant, the same preprocess and convert launches around it).
+
+At head dim 256 bwd.py's kernel does not fit: each of its consumers owns 64 keys and holds their
+dK and dV, two [64, 256] fp32 accumulators, 256 registers a thread on their own. Here a program
+owns 64 keys, and the two consumer warpgroups split the head dim instead: consumer c holds
+columns [128c, 128c + 128) of dK and dV (128 registers a thread). The score tiles need the
+whole head dim, so each is computed once, by one consumer, and handed over in shared memory:
+
+    load       1 warp    TMA: K and V of the 64 keys once, then (Q, dO) tiles of every query
+                         head of the GQA group into a STAGES-deep ring (bwd._dkdv_load)
+    consumer0  4 warps   Sᵀ = K·Qᵀ − LSE, Pᵀ = exp(Sᵀ) → shared (fp32);
+                         dV[:, :128] += Pᵀ·dO[:, :128]; dK[:, :128] += dSᵀ·Q[:, :128], dSᵀ
+                         read from shared; dQ[:, :128] = dS·K[:, :128]
+    consumer1  4 warps   dPᵀ = V·dOᵀ − Δ; Pᵀ from shared, dSᵀ = Pᵀ ⊙ (dPᵀ − Δ) → shared
+                         (the input dtype); dV[:, 128:] and dK[:, 128:] from registers;
+                         dQ[:, 128:] = dS·K[:, 128:]
+
+Per query tile the GEMMs are Sᵀ and dPᵀ (64·64·256 multiply-adds each, one per consumer, side by
+side), then dV, dK and dQ (64·64·128 each, per consumer): the same five GEMMs per (query, key)
+pair as bwd.py's kernel, none recomputed. Pᵀ crosses in fp32, so dSᵀ is computed from the same
+values as bwd.py's (where Pᵀ never leaves the warpgroup).
+
+The hand-over is two single-arrival mbarriers, p_ready (consumer 0 → 1) and ds_ready (1 → 0),
+with one buffer each; their order makes one buffer enough:
+  - consumer 0 rewrites Pᵀ a tile later only after waiting for ds_ready of this tile, which
+    consumer 1 arrives at after it has read Pᵀ;
+  - consumer 1 rewrites dSᵀ a tile later only after waiting for p_ready of that tile, which
+    consumer 0 arrives at after it has waited for this tile's dK and dQ GEMMs (the readers of
+    dSᵀ); consumer 1 waits for its own dQ GEMM before its next tile.
+Neither waits for something the other does later: consumer 0 arrives at p_ready before it waits
+for ds_ready, and consumer 1 waits for p_ready before it arrives at ds_ready.
+
+Masks and tails as in bwd.py: the causal/key-tail mask and the LSE enter Sᵀ's initial
+accumulator; rows past Sq load as zeros with LSE = +inf (P = 0); keys no query sees get exact
+zeros in dK and dV.
+"""
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier,
+                                                              warpgroup_mma, warpgroup_mma_wait)
+from triton.language.core import _aggregate as aggregate
+
+from .bwd import HALF_N, _dkdv_load, _key_block, _next_slot, _nvmma, _store_rows
+
+KEYS = HALF_N  # keys per program: one m64 wgmma row block
+
+
+@aggregate
+class WideSmem:
+    """K and V (one 64-key tile each), the ring's Q, dO, LSE (score units) and Δ, and the two
+    hand-over tiles: Pᵀ (fp32) and dSᵀ (input dtype), both [64 keys, BLOCK_M queries]."""
+    k: gl.shared_memory_descriptor
+    v: gl.shared_memory_descriptor
+    q: gl.shared_memory_descriptor
+    do: gl.shared_memory_descriptor
+    lse: gl.shared_memory_descriptor
+    delta: gl.shared_memory_descriptor
+    p: gl.shared_memory_descriptor
+    ds: gl.shared_memory_descriptor
+
+    @gluon.constexpr_function
+    def __init__(self, k, v, q, do, lse, delta, p, ds):
+        self.k = k
+        self.v = v
+        self.q = q
+        self.do = do
+        self.lse = lse
+        self.delta = delta
+        self.p = p
+        self.ds = ds
+
+
+@aggregate
+class WideBarriers:
+    kv_ready: gl.shared_memory_descriptor   # K and V landed (one phase, once)
+    qdo_ready: gl.shared_memory_descriptor  # [STAGES] a slot's Q, dO (TMA), LSE and Δ landed
+    qdo_free: gl.shared_memory_descriptor   # [STAGES] both consumers are done with a slot
+    p_ready: gl.shared_memory_descriptor    # consumer 0 stored this tile's Pᵀ
+    ds_ready: gl.shared_memory_descriptor   # consumer 1 stored this tile's dSᵀ
+
+    @gluon.constexpr_function
+    def __init__(self, kv_ready, qdo_ready, qdo_free, p_ready, ds_ready):
+        self.kv_ready = kv_ready
+        self.qdo_ready = qdo_ready
+        self.qdo_free = qdo_free
+        self.p_ready = p_ready
+        self.ds_ready = ds_ready
+
+
+@gluon.jit
+def _wide_tile(smem, bars, dq_accum, dk_acc, dv_acc, key0, t, stage, phase, b, h, m0,
+               Hq, Sq, Sk, qk_scale,
+               s_layout: gl.constexpr, kv_layout: gl.constexpr, CONSUMER: gl.constexpr,
+               BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, D: gl.constexpr,
+               CAUSAL: gl.constexpr):
+    """One query tile (the t-th, rows m0.. of head h, in ring slot `stage` at `phase`): this
+    consumer's columns of dK and dV, and of the tile's dQ, added to the accumulator."""
+    dtype: gl.constexpr = smem.q.dtype
+    HALF_D: gl.constexpr = HEAD_DIM // 2
+    COL0: gl.constexpr = CONSUMER * HALF_D
+    op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=kv_layout, k_width=2)
+    col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
+    mbarrier.wait(bars.qdo_ready.index(stage), phase)
+    q = smem.q.index(stage).reshape([BLOCK_M, HEAD_DIM])
+    do = smem.do.index(stage).reshape([BLOCK_M, HEAD_DIM])
+    s_zero = gl.zeros([KEYS, BLOCK_M], gl.float32, s_layout)
+    if CONSUMER == 0:
+        # ---- Sᵀ − LSE/scale = K·Qᵀ − LSE/scale, the mask (−inf) in the initial accumulator
+        minus_lse = s_zero - gl.expand_dims(smem.lse.index(stage).load(col_layout), 0)
+        needs_mask = key0 + KEYS > Sk  # keys past Sk read as zeros, but P there is not 0
+        if CAUSAL:
+            needs_mask = needs_mask | (m0 < key0 + KEYS)
+        if needs_mask:
+            keys = key0 + gl.arange(0, KEYS, layout=gl.SliceLayout(1, s_layout))
+            queries = m0 + gl.arange(0, BLOCK_M, layout=col_layout)
+            keep = gl.expand_dims(keys < Sk, 1)
+            if CAUSAL:
+                keep = keep & (gl.expand_dims(queries, 0) >= gl.expand_dims(keys, 1))
+            minus_lse = gl.where(keep, minus_lse, -float("inf"))
+        k = smem.k.index(0).reshape([KEYS, HEAD_DIM])
+        sT = warpgroup_mma(k, q.permute([1, 0]), minus_lse, is_async=True)
+        sT = warpgroup_mma_wait(0, deps=[sT])
+        # ---- Pᵀ (at most 1, as bwd.py's) to consumer 1, then dV += Pᵀ·dO on this half
+        pT = gl.exp2(gl.minimum(sT, 0.0) * qk_scale)
+        smem.p.store(pT)
+        mbarrier.arrive(bars.p_ready)  # consumer 1 reads it with plain loads: no proxy fence
+        pT_op = gl.convert_layout(pT.to(dtype), op_layout)
+        dv_acc = warpgroup_mma(pT_op, do.slice(COL0, HALF_D, dim=1), dv_acc, is_async=True)
+        # ---- dK += dSᵀ·Q on this half, dSᵀ from consumer 1's tile
+        mbarrier.wait(bars.ds_ready, t & 1)
+        dk_acc = warpgroup_mma(smem.ds, q.slice(COL0, HALF_D, dim=1), dk_acc, is_async=True)
+        dv_acc, dk_acc, pT_op = warpgroup_mma_wait(0, deps=[dv_acc, dk_acc, pT_op])
+    else:
+        # ---- dPᵀ − Δ = V·dOᵀ − Δ while consumer 0 computes Sᵀ
+        minus_delta = s_zero - gl.expand_dims(smem.delta.index(stage).load(col_layout), 0)
+        v = smem.v.index(0).reshape([KEYS, HEAD_DIM])
+        dpT = warpgroup_mma(v, do.permute([1, 0]), minus_delta, is_async=True)
+        dpT = warpgroup_mma_wait(0, deps=[dpT])
+        # ---- dSᵀ = Pᵀ ⊙ (dPᵀ − Δ) to consumer 0 (a GEMM operand: proxy fence first)
+        mbarrier.wait(bars.p_ready, t & 1)
+        pT = smem.p.load(s_layout)
+        dsT = (pT * dpT).to(dtype)
+        smem.ds.store(dsT)
+        fence_async_shared()
+        mbarrier.arrive(bars.ds_ready)
+        # ---- dV += Pᵀ·dO and dK += dSᵀ·Q on this half, both operands from registers
+        pT_op = gl.convert_layout(pT.to(dtype), op_layout)
+        dv_acc = warpgroup_mma(pT_op, do.slice(COL0, HALF_D, dim=1), dv_acc, is_async=True)
+        dsT_op = gl.convert_layout(dsT, op_layout)
+        dk_acc = warpgroup_mma(dsT_op, q.slice(COL0, HALF_D, dim=1), dk_acc, is_async=True)
+        dv_acc, dk_acc, pT_op, dsT_op = warpgroup_mma_wait(0, deps=[dv_acc, dk_acc, pT_op,
+                                                                    dsT_op])
+    mbarrier.arrive(bars.qdo_free.index(stage))
+    # ---- dQ[:, this half] = dS·K[:, this half] over the 64 keys, added with relaxed atomics
+    k_half = smem.k.index(0).reshape([KEYS, HEAD_DIM]).slice(COL0, HALF_D, dim=1)
+    dq = warpgroup_mma(smem.ds.permute([1, 0]), k_half,
+                       gl.zeros([BLOCK_M, HALF_D], gl.float32, kv_layout), use_acc=False,
+                       is_async=True)
+    dq = warpgroup_mma_wait(0, deps=[dq])
+    rows = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, kv_layout))   # from m0
+    cols = COL0 + gl.arange(0, HALF_D, layout=gl.SliceLayout(0, kv_layout))
+    tile = dq_accum + ((b * Hq + h).to(gl.int64) * Sq + m0) * D
+    at = tile + gl.expand_dims(rows * D, 1) + gl.expand_dims(cols, 0)
+    if m0 + BLOCK_M <= Sq:
+        # no mask: a masked atomic is a branch around each instruction
+        gl.atomic_add(at, dq, sem="relaxed")
+    else:
+        inside = gl.expand_dims(rows < Sq - m0, 1) & gl.expand_dims(cols < D, 0)
+        gl.atomic_add(at, dq, mask=inside, sem="relaxed")
+    return dk_acc, dv_acc
+
+
+@gluon.jit
+def _wide_consume(smem, bars, lse_ptr, delta_ptr, dq_accum, dk, dv,
+                  dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
+                  Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
+                  CONSUMER: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr,
+                  D: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr):
+    """This consumer's half of the head dim of dK and dV over every query tile of the program,
+    and its half of each tile's dQ."""
+    HALF_D: gl.constexpr = HEAD_DIM // 2
+    s_layout: gl.constexpr = _nvmma(BLOCK_M)          # Sᵀ, dPᵀ: [64 keys, BLOCK_M queries]
+    kv_layout: gl.constexpr = _nvmma(HALF_D)          # dK, dV, dQ halves: [64, HALF_D]
+
+    blk = _key_block(Hq, Hkv, Sq, Sk, BLOCK_M, CAUSAL, 1)
+    dk_acc = gl.zeros([KEYS, HALF_D], gl.float32, kv_layout)
+    dv_acc = gl.zeros([KEYS, HALF_D], gl.float32, kv_layout)
+
+    mbarrier.wait(bars.kv_ready, 0)
+    h = blk.h_first
+    m0 = blk.m_first
+    stage = 0
+    phase = 0
+    for t in range(blk.num_tiles(Sq, BLOCK_M)):
+        dk_acc, dv_acc = _wide_tile(smem, bars, dq_accum, dk_acc, dv_acc, blk.n0, t, stage,
+                                    phase, blk.b, h, m0, Hq, Sq, Sk, qk_scale, s_layout,
+                                    kv_layout, CONSUMER, BLOCK_M, HEAD_DIM, D, CAUSAL)
+        h, m0 = blk.next_tile(h, m0, Sq, BLOCK_M)
+        stage, phase = _next_slot(stage, phase, STAGES)
+
+    # ---- epilogue: this consumer's columns; dK carries the softmax scale
+    COL0: gl.constexpr = CONSUMER * HALF_D
+    _store_rows(dv + COL0, dv_stride_b, dv_stride_h, dv_stride_s, dv_acc, blk.b, blk.h_kv,
+                blk.n0, Sk, kv_layout, KEYS, HALF_D, D - COL0)
+    _store_rows(dk + COL0, dk_stride_b, dk_stride_h, dk_stride_s, dk_acc * sm_scale, blk.b,
+                blk.h_kv, blk.n0, Sk, kv_layout, KEYS, HALF_D, D - COL0)
+
+
+@gluon.jit
+def attn_bwd_dkdv_wide_dq_atomic(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_accum,
+                                 dk, dv, dk_stride_b, dk_stride_h, dk_stride_s,
+                                 dv_stride_b, dv_stride_h, dv_stride_s,
+                                 Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
+                                 BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, D: gl.constexpr,
+                                 STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                                 CONSUMER_REGS: gl.constexpr, LOAD_REGS: gl.constexpr):
+    """Fast variant at head dim 256: dK, dV, and dQ added into the fp32 accumulator with
+    atomics. grid: (cdiv(Sk, 64), B * Hkv); num_warps = 4 (consumer 0)."""
+    gl.static_assert(BLOCK_M == KEYS, "the dQ half shares the dK/dV halves' layout")
+    dtype: gl.constexpr = q_desc.dtype
+    k = gl.allocate_shared_memory(dtype, [1] + k_desc.block_type.shape, k_desc.layout)
+    v = gl.allocate_shared_memory(dtype, [1] + v_desc.block_type.shape, v_desc.layout)
+    q = gl.allocate_shared_memory(dtype, [STAGES] + q_desc.block_type.shape, q_desc.layout)
+    do = gl.allocate_shared_memory(dtype, [STAGES] + do_desc.block_type.shape, do_desc.layout)
+    row_smem: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
+    lse = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_M], row_smem)
+    delta = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_M], row_smem)
+    # Pᵀ in the swizzle the accumulator layout stores and loads without bank conflicts; dSᵀ in
+    # the one wgmma reads as its A operand, as is and transposed
+    p = gl.allocate_shared_memory(
+        gl.float32, [KEYS, BLOCK_M],
+        gl.NVMMASharedLayout.get_default_for([KEYS, BLOCK_M], gl.float32))
+    ds = gl.allocate_shared_memory(dtype, [KEYS, BLOCK_M],
+                                   gl.NVMMASharedLayout.get_default_for([KEYS, BLOCK_M], dtype))
+    smem = WideSmem(k, v, q, do, lse, delta, p, ds)
+    bars = WideBarriers(gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout()),
+                        gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout()),
+                        gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout()),
+                        gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout()),
+                        gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout()))
+    mbarrier.init(bars.kv_ready, count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(bars.qdo_ready.index(i), count=2)  # the TMA bytes, and LSE/Δ stored
+        mbarrier.init(bars.qdo_free.index(i), count=2)   # both consumers release each slot
+    mbarrier.init(bars.p_ready, count=1)
+    mbarrier.init(bars.ds_ready, count=1)
+
+    gl.warp_specialize([
+        (_wide_consume, (smem, bars, lse_ptr, delta_ptr, dq_accum, dk, dv,
+                         dk_stride_b, dk_stride_h, dk_stride_s,
+                         dv_stride_b, dv_stride_h, dv_stride_s,
+                         Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
+                         0, BLOCK_M, HEAD_DIM, D, STAGES, CAUSAL)),
+        (_wide_consume, (smem, bars, lse_ptr, delta_ptr, dq_accum, dk, dv,
+                         dk_stride_b, dk_stride_h, dk_stride_s,
+                         dv_stride_b, dv_stride_h, dv_stride_s,
+                         Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
+                         1, BLOCK_M, HEAD_DIM, D, STAGES, CAUSAL)),
+        (_dkdv_load, (q_desc, k_desc, v_desc, do_desc, smem, bars, lse_ptr, delta_ptr,
+                      Hq, Hkv, Sq, Sk, sm_scale, BLOCK_M, STAGES, CAUSAL, 1)),
+    ], [4, 1], [CONSUMER_REGS, LOAD_REGS])
