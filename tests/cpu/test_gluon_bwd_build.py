@@ -30,7 +30,8 @@ TMA = "gluon/bwd/bf16-d128-causal/M64_stages2_det0_tma1"
 DET = "gluon/bwd/bf16-d128-causal/M64_stages2_det1_qN64"
 CONFIGS_PER_KEY = 8    # family.BWD_CONFIGS, head dims 64, 96 and 128
 WIDE = "gluon/bwd/bf16-d256-causal/M64_stages2_det0_wide1"
-WIDE_KERNELS = 4       # the one wide config x (fp16, bf16) x (full, causal), head dim 256
+WIDE_DET = "gluon/bwd/bf16-d256-causal/M64_stages2_det1_wide1"
+WIDE_KERNELS = 8       # the two wide configs x (fp16, bf16) x (full, causal), head dim 256
 # The TMA-reduce dK/dV kernel at causal head dim 128 (and 96, on 128-wide tiles) spills a few
 # loop-invariant registers
 # (ptxas: 16-24 bytes, 240 registers a thread being the ceiling of two consumer warpgroups):
@@ -215,13 +216,14 @@ def test_fast_variants_add_dq_the_way_they_declare(bwd_archive):
             seen["atomic"] += 1
     # 2 stage counts x (fp16, bf16) x (64, 96, 128) x (full, causal) of each, and the wide
     # kernels (atomics)
-    assert seen == {"tma": 24, "atomic": 24 + WIDE_KERNELS}
+    assert seen == {"tma": 24, "atomic": 24 + WIDE_KERNELS // 2}
 
 
 def test_head_dim_256_runs_on_the_wide_kernel(bwd_archive):
-    """Head dim 256 has the wide dK/dV kernel only (64 keys a program, grid Sk/64), with the
-    fast variant's preprocess, accumulator and convert around it; the wide config is excluded
-    at the other head dims and the others at 256."""
+    """Head dim 256 has the wide kernels only (64 keys a program, grid Sk/64): the fast one with
+    the fast variant's preprocess, accumulator and convert around it, the deterministic one
+    with its own dQ kernel (64 query rows a program) and no accumulator; the wide configs are
+    excluded at the other head dims and the others at 256."""
     ar = read_archive(bwd_archive)
     wide = ar.kernel(WIDE)
     assert [s["name"] for s in wide["steps"]] == ["bwd_preprocess", "bwd_dkdv", "bwd_dq_convert"]
@@ -229,12 +231,20 @@ def test_head_dim_256_runs_on_the_wide_kernel(bwd_archive):
     assert wide["steps"][1]["grid"] == [[["Sk", 64]], [["B", 1], ["Hkv", 1]], []]
     assert wide["workspace"] == ar.kernel(FAST)["workspace"]
     assert not wide["deterministic"]
+    det = ar.kernel(WIDE_DET)
+    assert det["deterministic"]
+    assert [(s["name"], s["symbol"]) for s in det["steps"]] == [
+        ("bwd_preprocess", "attn_bwd_preprocess"), ("bwd_dkdv", "attn_bwd_dkdv_wide"),
+        ("bwd_dq", "attn_bwd_dq_wide")]
+    assert det["workspace"] == ar.kernel(DET)["workspace"]
+    assert det["steps"][1]["grid"] == [[["Sk", 64]], [["B", 1], ["Hkv", 1]], []]
+    assert det["steps"][2]["grid"] == [[["Sq", 64]], [["B", 1], ["Hq", 1]], []]
     assert [k["name"] for k in ar.kernels if k["key"]["head_dim"] == 256] == \
         [k["name"] for k in ar.kernels if "wide1" in k["name"]]
     family = load_families()["gluon"]
     key = lambda d: next(v.key for v in declared() if v.key.head_dim == d)
-    [wide_config] = [c for c in family.configs["bwd"] if c.get("wide")]
-    assert family.excluded("sm_90", "bwd", key(128), wide_config) is not None
+    wide_configs = [c for c in family.configs["bwd"] if c.get("wide")]
+    assert all(family.excluded("sm_90", "bwd", key(128), c) is not None for c in wide_configs)
     assert all(family.excluded("sm_90", "bwd", key(256), c) is not None
                for c in family.configs["bwd"] if not c.get("wide"))
     # the recorded launch: one program per 64 keys of each kv head

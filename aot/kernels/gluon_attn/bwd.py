@@ -611,14 +611,16 @@ class QueryBlock:
 
 
 @gluon.jit
-def _query_block(Hq, Hkv, Sq, Sk, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
-    """grid: (cdiv(Sq, 128), B * Hq); the last (under causal the longest) block comes first."""
-    start = (gl.num_programs(0) - 1 - gl.program_id(0)) * (2 * HALF_N)
+def _query_block(Hq, Hkv, Sq, Sk, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
+                 Q_TILES: gl.constexpr):
+    """grid: (cdiv(Sq, Q_TILES * 64), B * Hq); the last (under causal the longest) block comes
+    first."""
+    start = (gl.num_programs(0) - 1 - gl.program_id(0)) * (Q_TILES * HALF_N)
     bh = gl.program_id(1)
     h = bh % Hq
     hi = Sk
     if CAUSAL:
-        hi = gl.minimum(Sk, start + 2 * HALF_N)
+        hi = gl.minimum(Sk, start + Q_TILES * HALF_N)
     return QueryBlock(bh // Hq, h, h // (Hq // Hkv), start, gl.cdiv(hi, BLOCK_N))
 
 
@@ -652,10 +654,13 @@ class DqBarriers:
 
 @gluon.jit
 def _dq_load(q_desc, k_desc, v_desc, do_desc, smem, bars, Hq, Hkv, Sq, Sk,
-             BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr):
-    blk = _query_block(Hq, Hkv, Sq, Sk, BLOCK_N, CAUSAL)
+             BLOCK_N: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+             Q_TILES: gl.constexpr):
+    """Q and dO of the program's Q_TILES tiles of 64 rows (one per consumer here, one for both
+    in bwd_wide.py), then the ring of K/V tiles."""
+    blk = _query_block(Hq, Hkv, Sq, Sk, BLOCK_N, CAUSAL, Q_TILES)
     q_bytes: gl.constexpr = q_desc.block_type.nbytes + do_desc.block_type.nbytes
-    for c in gl.static_range(2):
+    for c in gl.static_range(Q_TILES):
         ready = bars.q_ready.index(c)
         mbarrier.expect(ready, q_bytes)
         row = blk.start + c * HALF_N
@@ -684,7 +689,7 @@ def _dq_consume(dq_desc, smem, bars, lse_ptr, delta_ptr, Hq, Hkv, Sq, Sk, sm_sca
     op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=dq_layout, k_width=2)
     row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
 
-    blk = _query_block(Hq, Hkv, Sq, Sk, BLOCK_N, CAUSAL)
+    blk = _query_block(Hq, Hkv, Sq, Sk, BLOCK_N, CAUSAL, 2)
     row0 = blk.start + CONSUMER * HALF_N
     rows = row0 + gl.arange(0, HALF_N, layout=row_layout)
     at = (blk.b * Hq + blk.h).to(gl.int64) * Sq + rows
@@ -786,5 +791,5 @@ def attn_bwd_dq(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_ptr, delta_ptr,
         (_dq_consumer1, (dq_desc, smem, bars, lse_ptr, delta_ptr, Hq, Hkv, Sq, Sk, sm_scale,
                          BLOCK_N, HEAD_DIM, STAGES, CAUSAL)),
         (_dq_load, (q_desc, k_desc, v_desc, do_desc, smem, bars, Hq, Hkv, Sq, Sk,
-                    BLOCK_N, STAGES, CAUSAL)),
+                    BLOCK_N, STAGES, CAUSAL, 2)),
     ], [4, 1], [CONSUMER_REGS, LOAD_REGS])

@@ -1,5 +1,6 @@
-"""The backward's dK/dV kernel for head dim 256, with dQ added by fp32 atomics (bwd.py's fast
-variant, the same preprocess and convert launches around it).
+"""The backward at head dim 256: a dK/dV kernel, with dQ added by fp32 atomics (bwd.py's fast
+variant: the same preprocess and convert launches around it) or without dQ (the deterministic
+variant), and that variant's dQ kernel.
 
 At head dim 256 bwd.py's kernel does not fit: each of its consumers owns 64 keys and holds their
 dK and dV, two [64, 256] fp32 accumulators, 256 registers a thread on their own. Here a program
@@ -34,6 +35,13 @@ for ds_ready, and consumer 1 waits for p_ready before it arrives at ds_ready.
 Masks and tails as in bwd.py: the causal/key-tail mask and the LSE enter Sᵀ's initial
 accumulator; rows past Sq load as zeros with LSE = +inf (P = 0); keys no query sees get exact
 zeros in dK and dV.
+
+The dQ kernel (deterministic variant) is split the same way: a program owns 64 query rows and
+walks the key tiles of 64 through a K/V ring; consumer 0 computes S = Q·Kᵀ and hands P over,
+consumer 1 computes dP = dO·Vᵀ and hands dS back, and each sums dQ += dS·K on its half of the
+head dim in registers: one writer per element, so the same bits every run. (The atomics of the
+fast variant held its dK/dV kernel at 76 % L2 throughput and 28 % tensor pipe on Gemma-2's
+B2 S4096 backward, run37.)
 """
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -41,7 +49,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma, warpgroup_mma_wait)
 from triton.language.core import _aggregate as aggregate
 
-from .bwd import HALF_N, _dkdv_load, _key_block, _next_slot, _nvmma, _store_rows
+from .bwd import (DQ_ATOMIC, DQ_NONE, HALF_N, LOG2E, _dkdv_load, _dq_load, _key_block,
+                  _next_slot, _nvmma, _query_block, _store_rows)
 
 KEYS = HALF_N  # keys per program: one m64 wgmma row block
 
@@ -93,9 +102,10 @@ def _wide_tile(smem, bars, dq_accum, dk_acc, dv_acc, key0, t, stage, phase, b, h
                Hq, Sq, Sk, qk_scale,
                s_layout: gl.constexpr, kv_layout: gl.constexpr, CONSUMER: gl.constexpr,
                BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, D: gl.constexpr,
-               CAUSAL: gl.constexpr):
+               CAUSAL: gl.constexpr, DQ_ADD: gl.constexpr):
     """One query tile (the t-th, rows m0.. of head h, in ring slot `stage` at `phase`): this
-    consumer's columns of dK and dV, and of the tile's dQ, added to the accumulator."""
+    consumer's columns of dK and dV, and (DQ_ATOMIC) of the tile's dQ, added to the
+    accumulator."""
     dtype: gl.constexpr = smem.q.dtype
     HALF_D: gl.constexpr = HEAD_DIM // 2
     COL0: gl.constexpr = CONSUMER * HALF_D
@@ -152,7 +162,20 @@ def _wide_tile(smem, bars, dq_accum, dk_acc, dv_acc, key0, t, stage, phase, b, h
         dv_acc, dk_acc, pT_op, dsT_op = warpgroup_mma_wait(0, deps=[dv_acc, dk_acc, pT_op,
                                                                     dsT_op])
     mbarrier.arrive(bars.qdo_free.index(stage))
-    # ---- dQ[:, this half] = dS·K[:, this half] over the 64 keys, added with relaxed atomics
+    if DQ_ADD == DQ_ATOMIC:
+        _wide_dq_share(smem, dq_accum, b, h, m0, Hq, Sq, kv_layout, CONSUMER, BLOCK_M, HEAD_DIM,
+                       D)
+    return dk_acc, dv_acc
+
+
+@gluon.jit
+def _wide_dq_share(smem, dq_accum, b, h, m0, Hq, Sq, kv_layout: gl.constexpr,
+                   CONSUMER: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr,
+                   D: gl.constexpr):
+    """dQ[:, this half] = dS·K[:, this half] over the program's 64 keys, added to the fp32
+    accumulator with relaxed atomics."""
+    HALF_D: gl.constexpr = HEAD_DIM // 2
+    COL0: gl.constexpr = CONSUMER * HALF_D
     k_half = smem.k.index(0).reshape([KEYS, HEAD_DIM]).slice(COL0, HALF_D, dim=1)
     dq = warpgroup_mma(smem.ds.permute([1, 0]), k_half,
                        gl.zeros([BLOCK_M, HALF_D], gl.float32, kv_layout), use_acc=False,
@@ -168,7 +191,6 @@ def _wide_tile(smem, bars, dq_accum, dk_acc, dv_acc, key0, t, stage, phase, b, h
     else:
         inside = gl.expand_dims(rows < Sq - m0, 1) & gl.expand_dims(cols < D, 0)
         gl.atomic_add(at, dq, mask=inside, sem="relaxed")
-    return dk_acc, dv_acc
 
 
 @gluon.jit
@@ -176,9 +198,10 @@ def _wide_consume(smem, bars, lse_ptr, delta_ptr, dq_accum, dk, dv,
                   dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
                   Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
                   CONSUMER: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr,
-                  D: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr):
+                  D: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                  DQ_ADD: gl.constexpr):
     """This consumer's half of the head dim of dK and dV over every query tile of the program,
-    and its half of each tile's dQ."""
+    and (DQ_ATOMIC) its half of each tile's dQ."""
     HALF_D: gl.constexpr = HEAD_DIM // 2
     s_layout: gl.constexpr = _nvmma(BLOCK_M)          # Sᵀ, dPᵀ: [64 keys, BLOCK_M queries]
     kv_layout: gl.constexpr = _nvmma(HALF_D)          # dK, dV, dQ halves: [64, HALF_D]
@@ -195,7 +218,7 @@ def _wide_consume(smem, bars, lse_ptr, delta_ptr, dq_accum, dk, dv,
     for t in range(blk.num_tiles(Sq, BLOCK_M)):
         dk_acc, dv_acc = _wide_tile(smem, bars, dq_accum, dk_acc, dv_acc, blk.n0, t, stage,
                                     phase, blk.b, h, m0, Hq, Sq, Sk, qk_scale, s_layout,
-                                    kv_layout, CONSUMER, BLOCK_M, HEAD_DIM, D, CAUSAL)
+                                    kv_layout, CONSUMER, BLOCK_M, HEAD_DIM, D, CAUSAL, DQ_ADD)
         h, m0 = blk.next_tile(h, m0, Sq, BLOCK_M)
         stage, phase = _next_slot(stage, phase, STAGES)
 
@@ -208,15 +231,13 @@ def _wide_consume(smem, bars, lse_ptr, delta_ptr, dq_accum, dk, dv,
 
 
 @gluon.jit
-def attn_bwd_dkdv_wide_dq_atomic(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_accum,
-                                 dk, dv, dk_stride_b, dk_stride_h, dk_stride_s,
-                                 dv_stride_b, dv_stride_h, dv_stride_s,
-                                 Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
-                                 BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, D: gl.constexpr,
-                                 STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                                 CONSUMER_REGS: gl.constexpr, LOAD_REGS: gl.constexpr):
-    """Fast variant at head dim 256: dK, dV, and dQ added into the fp32 accumulator with
-    atomics. grid: (cdiv(Sk, 64), B * Hkv); num_warps = 4 (consumer 0)."""
+def _wide_dkdv_program(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_accum,
+                       dk, dv, dk_stride_b, dk_stride_h, dk_stride_s,
+                       dv_stride_b, dv_stride_h, dv_stride_s,
+                       Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
+                       BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, D: gl.constexpr,
+                       STAGES: gl.constexpr, CAUSAL: gl.constexpr, DQ_ADD: gl.constexpr,
+                       CONSUMER_REGS: gl.constexpr, LOAD_REGS: gl.constexpr):
     gl.static_assert(BLOCK_M == KEYS, "the dQ half shares the dK/dV halves' layout")
     dtype: gl.constexpr = q_desc.dtype
     k = gl.allocate_shared_memory(dtype, [1] + k_desc.block_type.shape, k_desc.layout)
@@ -251,12 +272,203 @@ def attn_bwd_dkdv_wide_dq_atomic(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta
                          dk_stride_b, dk_stride_h, dk_stride_s,
                          dv_stride_b, dv_stride_h, dv_stride_s,
                          Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
-                         0, BLOCK_M, HEAD_DIM, D, STAGES, CAUSAL)),
+                         0, BLOCK_M, HEAD_DIM, D, STAGES, CAUSAL, DQ_ADD)),
         (_wide_consume, (smem, bars, lse_ptr, delta_ptr, dq_accum, dk, dv,
                          dk_stride_b, dk_stride_h, dk_stride_s,
                          dv_stride_b, dv_stride_h, dv_stride_s,
                          Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
-                         1, BLOCK_M, HEAD_DIM, D, STAGES, CAUSAL)),
+                         1, BLOCK_M, HEAD_DIM, D, STAGES, CAUSAL, DQ_ADD)),
         (_dkdv_load, (q_desc, k_desc, v_desc, do_desc, smem, bars, lse_ptr, delta_ptr,
                       Hq, Hkv, Sq, Sk, sm_scale, BLOCK_M, STAGES, CAUSAL, 1)),
+    ], [4, 1], [CONSUMER_REGS, LOAD_REGS])
+
+
+@gluon.jit
+def attn_bwd_dkdv_wide_dq_atomic(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_accum,
+                                 dk, dv, dk_stride_b, dk_stride_h, dk_stride_s,
+                                 dv_stride_b, dv_stride_h, dv_stride_s,
+                                 Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
+                                 BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, D: gl.constexpr,
+                                 STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                                 CONSUMER_REGS: gl.constexpr, LOAD_REGS: gl.constexpr):
+    """Fast variant at head dim 256: dK, dV, and dQ added into the fp32 accumulator with
+    atomics. grid: (cdiv(Sk, 64), B * Hkv); num_warps = 4 (consumer 0)."""
+    _wide_dkdv_program(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_accum, dk, dv,
+                       dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h,
+                       dv_stride_s, Hq, Hkv, Sq, Sk, qk_scale, sm_scale, BLOCK_M, HEAD_DIM, D,
+                       STAGES, CAUSAL, DQ_ATOMIC, CONSUMER_REGS, LOAD_REGS)
+
+
+@gluon.jit
+def attn_bwd_dkdv_wide(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dk, dv,
+                       dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h,
+                       dv_stride_s, Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
+                       BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, D: gl.constexpr,
+                       STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                       CONSUMER_REGS: gl.constexpr, LOAD_REGS: gl.constexpr):
+    """Deterministic variant at head dim 256: dK and dV only (attn_bwd_dq_wide computes dQ).
+    grid: (cdiv(Sk, 64), B * Hkv); num_warps = 4 (consumer 0)."""
+    _wide_dkdv_program(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, delta_ptr, dk, dv,
+                       dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h,
+                       dv_stride_s, Hq, Hkv, Sq, Sk, qk_scale, sm_scale, BLOCK_M, HEAD_DIM, D,
+                       STAGES, CAUSAL, DQ_NONE, CONSUMER_REGS, LOAD_REGS)
+
+
+# --------------------------------------------------------------------------------------------
+# dQ kernel (deterministic variant)
+# --------------------------------------------------------------------------------------------
+@aggregate
+class WideDqSmem:
+    """Q and dO of the program's 64 rows, the K/V ring, and the hand-over tiles P (fp32) and
+    dS (input dtype), both [64 queries, 64 keys]."""
+    q: gl.shared_memory_descriptor
+    do: gl.shared_memory_descriptor
+    k: gl.shared_memory_descriptor
+    v: gl.shared_memory_descriptor
+    p: gl.shared_memory_descriptor
+    ds: gl.shared_memory_descriptor
+
+    @gluon.constexpr_function
+    def __init__(self, q, do, k, v, p, ds):
+        self.q = q
+        self.do = do
+        self.k = k
+        self.v = v
+        self.p = p
+        self.ds = ds
+
+
+@aggregate
+class WideDqBarriers:
+    q_ready: gl.shared_memory_descriptor    # [1] Q and dO landed
+    kv_ready: gl.shared_memory_descriptor   # [STAGES]
+    kv_free: gl.shared_memory_descriptor    # [STAGES] both consumers are done with a slot
+    p_ready: gl.shared_memory_descriptor    # consumer 0 stored this tile's P
+    ds_ready: gl.shared_memory_descriptor   # consumer 1 stored this tile's dS
+
+    @gluon.constexpr_function
+    def __init__(self, q_ready, kv_ready, kv_free, p_ready, ds_ready):
+        self.q_ready = q_ready
+        self.kv_ready = kv_ready
+        self.kv_free = kv_free
+        self.p_ready = p_ready
+        self.ds_ready = ds_ready
+
+
+@gluon.jit
+def _wide_dq_consume(dq, dq_stride_b, dq_stride_h, dq_stride_s, smem, bars, lse_ptr, delta_ptr,
+                     Hq, Hkv, Sq, Sk, sm_scale,
+                     CONSUMER: gl.constexpr, HEAD_DIM: gl.constexpr, D: gl.constexpr,
+                     STAGES: gl.constexpr, CAUSAL: gl.constexpr):
+    """This consumer's half of the head dim of dQ for the program's 64 query rows. The hand-over
+    is the dK/dV kernel's, with P and dS in place of Pᵀ and dSᵀ: consumer 0 rewrites P only
+    after ds_ready of the tile before (consumer 1 has read P by then), consumer 1 rewrites dS
+    only after p_ready, which consumer 0 arrives at after its dQ GEMM of the tile before."""
+    dtype: gl.constexpr = smem.q.dtype
+    HALF_D: gl.constexpr = HEAD_DIM // 2
+    COL0: gl.constexpr = CONSUMER * HALF_D
+    s_layout: gl.constexpr = _nvmma(KEYS)           # S, dP: [64 queries, 64 keys]
+    dq_layout: gl.constexpr = _nvmma(HALF_D)        # this consumer's dQ: [64, HALF_D]
+    op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=dq_layout, k_width=2)
+    row_layout: gl.constexpr = gl.SliceLayout(1, s_layout)
+
+    blk = _query_block(Hq, Hkv, Sq, Sk, KEYS, CAUSAL, 1)
+    rows = blk.start + gl.arange(0, KEYS, layout=row_layout)
+    at = (blk.b * Hq + blk.h).to(gl.int64) * Sq + rows
+    s_zero = gl.zeros([KEYS, KEYS], gl.float32, s_layout)
+    dq_acc = gl.zeros([KEYS, HALF_D], gl.float32, dq_layout)
+    if CONSUMER == 0:
+        lse = gl.load(lse_ptr + at, mask=rows < Sq, other=float("inf"))
+    else:
+        delta = gl.load(delta_ptr + at, mask=rows < Sq, other=0.0)
+    mbarrier.wait(bars.q_ready.index(0), 0)
+    q = smem.q.index(0).reshape([KEYS, HEAD_DIM])
+    do = smem.do.index(0).reshape([KEYS, HEAD_DIM])
+    for j in range(blk.n_tiles):
+        stage = j % STAGES
+        mbarrier.wait(bars.kv_ready.index(stage), (j // STAGES) & 1)
+        k = smem.k.index(stage).reshape([KEYS, HEAD_DIM])
+        k_half = k.slice(COL0, HALF_D, dim=1)
+        if CONSUMER == 0:
+            # ---- P = exp(scale·S − LSE), as bwd.py's dQ kernel: natural units, at most 0,
+            # masked on the diagonal and past Sk
+            s = warpgroup_mma(q, k.permute([1, 0]), s_zero, use_acc=False, is_async=True)
+            s = warpgroup_mma_wait(0, deps=[s])
+            p = gl.exp2(gl.minimum(s * sm_scale - gl.expand_dims(lse, 1), 0.0) * LOG2E)
+            col0 = j * KEYS
+            needs_mask = col0 + KEYS > Sk
+            if CAUSAL:
+                needs_mask = needs_mask | (col0 + KEYS > blk.start + 1)
+            if needs_mask:
+                cols = col0 + gl.arange(0, KEYS, layout=gl.SliceLayout(0, s_layout))
+                keep = gl.expand_dims(cols < Sk, 0)
+                if CAUSAL:
+                    keep = keep & (gl.expand_dims(cols, 0) <= gl.expand_dims(rows, 1))
+                p = gl.where(keep, p, 0.0)
+            smem.p.store(p)
+            mbarrier.arrive(bars.p_ready)
+            # ---- dQ += dS·K on this half, dS from consumer 1's tile
+            mbarrier.wait(bars.ds_ready, j & 1)
+            dq_acc = warpgroup_mma(smem.ds, k_half, dq_acc, is_async=True)
+            dq_acc = warpgroup_mma_wait(0, deps=[dq_acc])
+        else:
+            # ---- dP = dO·Vᵀ; dS = P ⊙ (dP − Δ) to consumer 0 (a GEMM operand: fence first)
+            v = smem.v.index(stage).reshape([KEYS, HEAD_DIM])
+            dp = warpgroup_mma(do, v.permute([1, 0]), s_zero, use_acc=False, is_async=True)
+            dp = warpgroup_mma_wait(0, deps=[dp])
+            mbarrier.wait(bars.p_ready, j & 1)
+            ds = (smem.p.load(s_layout) * (dp - gl.expand_dims(delta, 1))).to(dtype)
+            smem.ds.store(ds)
+            fence_async_shared()
+            mbarrier.arrive(bars.ds_ready)
+            ds_op = gl.convert_layout(ds, op_layout)
+            dq_acc = warpgroup_mma(ds_op, k_half, dq_acc, is_async=True)
+            dq_acc, ds_op = warpgroup_mma_wait(0, deps=[dq_acc, ds_op])
+        mbarrier.arrive(bars.kv_free.index(stage))
+
+    # ---- epilogue: this consumer's columns, with the softmax scale
+    _store_rows(dq + COL0, dq_stride_b, dq_stride_h, dq_stride_s, dq_acc * sm_scale, blk.b,
+                blk.h, blk.start, Sq, dq_layout, KEYS, HALF_D, D - COL0)
+
+
+@gluon.jit
+def attn_bwd_dq_wide(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr,
+                     dq, dq_stride_b, dq_stride_h, dq_stride_s, Hq, Hkv, Sq, Sk, sm_scale,
+                     HEAD_DIM: gl.constexpr, D: gl.constexpr, STAGES: gl.constexpr,
+                     CAUSAL: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                     LOAD_REGS: gl.constexpr):
+    """Deterministic variant's dQ at head dim 256. grid: (cdiv(Sq, 64), B * Hq); num_warps = 4
+    (consumer 0)."""
+    dtype: gl.constexpr = q_desc.dtype
+    hand: gl.constexpr = gl.NVMMASharedLayout.get_default_for([KEYS, KEYS], dtype)
+    smem = WideDqSmem(
+        gl.allocate_shared_memory(dtype, [1] + q_desc.block_type.shape, q_desc.layout),
+        gl.allocate_shared_memory(dtype, [1] + do_desc.block_type.shape, do_desc.layout),
+        gl.allocate_shared_memory(dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout),
+        gl.allocate_shared_memory(dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout),
+        gl.allocate_shared_memory(gl.float32, [KEYS, KEYS],
+                                  gl.NVMMASharedLayout.get_default_for([KEYS, KEYS], gl.float32)),
+        gl.allocate_shared_memory(dtype, [KEYS, KEYS], hand))
+    bars = WideDqBarriers(
+        gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout()),
+        gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout()),
+        gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout()),
+        gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout()),
+        gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout()))
+    mbarrier.init(bars.q_ready.index(0), count=1)
+    for i in gl.static_range(STAGES):
+        mbarrier.init(bars.kv_ready.index(i), count=1)
+        mbarrier.init(bars.kv_free.index(i), count=2)   # both consumers release each tile
+    mbarrier.init(bars.p_ready, count=1)
+    mbarrier.init(bars.ds_ready, count=1)
+
+    gl.warp_specialize([
+        (_wide_dq_consume, (dq, dq_stride_b, dq_stride_h, dq_stride_s, smem, bars, lse_ptr,
+                            delta_ptr, Hq, Hkv, Sq, Sk, sm_scale, 0, HEAD_DIM, D, STAGES,
+                            CAUSAL)),
+        (_wide_dq_consume, (dq, dq_stride_b, dq_stride_h, dq_stride_s, smem, bars, lse_ptr,
+                            delta_ptr, Hq, Hkv, Sq, Sk, sm_scale, 1, HEAD_DIM, D, STAGES,
+                            CAUSAL)),
+        (_dq_load, (q_desc, k_desc, v_desc, do_desc, smem, bars, Hq, Hkv, Sq, Sk,
+                    KEYS, STAGES, CAUSAL, 1)),
     ], [4, 1], [CONSUMER_REGS, LOAD_REGS])

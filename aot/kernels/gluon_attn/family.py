@@ -32,8 +32,9 @@ The backward (bwd.py), three launches per variant. Config knobs:
               TMA reduce-add; absent: added from registers with fp32 atomics
   qN          (det 1) key rows per K/V tile of the dQ kernel
   qS          (det 1) the dQ kernel's K/V ring depth, where it differs from `stages`
-  wide        (det 0, head dim 256 only) 1: the dK/dV program owns 64 keys and its two
-              consumers split the head dim (bwd_wide.py); dQ added with fp32 atomics
+  wide        (head dim 256 only) 1: the dK/dV program owns 64 keys and its two consumers
+              split the head dim (bwd_wide.py); det 0 adds dQ with fp32 atomics, det 1 has a
+              dQ kernel split the same way (64 query rows a program, key tiles of 64)
 """
 import inspect
 
@@ -45,7 +46,7 @@ from attnpack.targets import TARGETS
 
 from .bwd import (attn_bwd_dkdv, attn_bwd_dkdv_dq_atomic, attn_bwd_dkdv_dq_tma, attn_bwd_dq,
                   attn_bwd_dq_convert, attn_bwd_preprocess, dq_share_cols)
-from .bwd_wide import attn_bwd_dkdv_wide_dq_atomic
+from .bwd_wide import attn_bwd_dkdv_wide, attn_bwd_dkdv_wide_dq_atomic, attn_bwd_dq_wide
 from .fwd import attn_fwd_pingpong
 
 SHARED_MEMORY_BYTES = TARGETS["sm_90"].shared_bytes
@@ -93,6 +94,7 @@ BWD_CONFIGS = (
     # head dim 256 (`excluded` keeps it there): 64 keys a program, the head dim split across
     # the two consumers; the 2-stage ring is the deepest that fits shared memory
     {"M": 64, "stages": 2, "det": 0, "wide": 1},
+    {"M": 64, "stages": 2, "det": 1, "wide": 1},
 )
 # fp32 registers per consumer thread: accumulators (dK + dV, or dQ) plus the two score tiles
 # (Sᵀ and dPᵀ, or S and dP). Above this ptxas spills at 240 registers a thread.
@@ -189,9 +191,11 @@ def _bwd_steps(key: FunctionalKey, config) -> tuple[Step, ...]:
     dkdv_grid = ((("Sk", keys),), (("B", 1), ("Hkv", 1)), ())
     dkdv_consts = {"BLOCK_M": m, **dims, "STAGES": config["stages"], "CAUSAL": key.causal,
                    **regs}
-    dkdv_kernel = (attn_bwd_dkdv if det else
-                   attn_bwd_dkdv_wide_dq_atomic if config.get("wide") else
-                   attn_bwd_dkdv_dq_tma if config.get("tma") else attn_bwd_dkdv_dq_atomic)
+    if config.get("wide"):
+        dkdv_kernel = attn_bwd_dkdv_wide if det else attn_bwd_dkdv_wide_dq_atomic
+    else:
+        dkdv_kernel = (attn_bwd_dkdv if det else
+                       attn_bwd_dkdv_dq_tma if config.get("tma") else attn_bwd_dkdv_dq_atomic)
     if config.get("tma"):
         # each consumer's dQ share: half the tile's columns on 128-wide tiles (both consumers,
         # every tile), else all of them (one consumer, alternate tiles)
@@ -204,6 +208,15 @@ def _bwd_steps(key: FunctionalKey, config) -> tuple[Step, ...]:
         convert = _step("bwd_dq_convert", attn_bwd_dq_convert, {}, per_q_rows,
                         {**dims, "BLOCK_M": rows})
         return preprocess, dkdv, convert
+    if config.get("wide"):
+        # 64 query rows a program, key tiles of 64; dQ leaves by plain stores, half the head
+        # dim per consumer
+        wide_maps = (_tensor_map("q_desc", "q", 64, key), _tensor_map("k_desc", "k", 64, key),
+                     _tensor_map("v_desc", "v", 64, key), _tensor_map("do_desc", "do", 64, key))
+        dq = _step("bwd_dq", attn_bwd_dq_wide, dkdv_words,
+                   ((("Sq", WIDE_KEYS_PER_PROGRAM),), (("B", 1), ("Hq", 1)), ()),
+                   {**dims, "STAGES": config["stages"], "CAUSAL": key.causal, **regs}, wide_maps)
+        return preprocess, dkdv, dq
     n = config["qN"]
     dq_maps = (_tensor_map("q_desc", "q", 64, key), _tensor_map("k_desc", "k", n, key),
                _tensor_map("v_desc", "v", n, key), _tensor_map("do_desc", "do", 64, key),
@@ -232,8 +245,9 @@ def shared_memory_bytes(head_dim: int, config, op: str = "fwd") -> int:
     persistent, which has O tiles of its own) and `stages` K and V tiles. Backward: the larger
     of the dK/dV kernel (128 keys of K and V, `stages` Q and dO tiles, and two double-buffered
     dSᵀ tiles when fast, plus two fp32 dQ staging tiles with `tma`) and the dQ kernel (two Q
-    and dO tiles, `stages` K and V tiles of qN keys). The wide kernel: 64 keys of K and V,
-    `stages` Q and dO tiles, and the hand-over tiles Pᵀ (fp32) and dSᵀ."""
+    and dO tiles, `stages` K and V tiles of qN keys). The wide kernels: 64 keys of K and V,
+    `stages` Q and dO tiles, and the hand-over tiles Pᵀ (fp32) and dSᵀ; the dQ kernel holds
+    the same with queries and keys swapped."""
     if op == "fwd":
         q_tiles = config.get("consumers", FWD_CONSUMERS) * (2 if config.get("persistent") else 1)
         rows = q_tiles * config["M"] + 2 * config["stages"] * config["N"]
@@ -256,7 +270,7 @@ def bwd_fp32_registers(head_dim: int, config) -> int:
     """fp32 values per consumer thread (128 threads) held at the widest point of each kernel.
     The wide kernel's consumer holds half the head dim of dK and dV, beside one score tile and
     later its half of the tile's dQ."""
-    if config.get("wide"):
+    if config.get("wide"):  # the dQ kernel's consumer holds less: its dQ half and two score tiles
         half = 64 * head_dim // 2
         return max(2 * half + 64 * config["M"], 3 * half) // 128
     dkdv = (2 * 64 * head_dim + 2 * 64 * config["M"]) // 128
