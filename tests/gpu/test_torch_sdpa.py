@@ -119,6 +119,9 @@ def reference(q, k, v, do, causal):
 
 GRID = list(itertools.product((1, 3), ((8, 8), (32, 8)), (1, 17, 128, 1000, 4096),
                               (1, 17, 128, 1000, 4096), (64, 128), (False, True), ("bf16", "fp16")))
+# head dims 96 (128-wide tiles) and 256 (the wide backward kernels), on Gemma-2's 16 / 8 heads
+GRID += list(itertools.product((1,), ((16, 8),), (17, 1000, 2048), (17, 1000, 2048), (96, 256),
+                               (False, True), ("bf16", "fp16")))
 
 
 SERVED_BY_PARITY = collections.Counter()  # kernel -> calls made by test_parity in this session
