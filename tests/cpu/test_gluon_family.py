@@ -105,9 +105,13 @@ def test_gluon_is_never_a_default():
     three = {v.name.split("/")[-1] for v in fwd if v.config.get("consumers") == 3}
     assert len(three) == 6 and all(n.endswith("_consumers3") for n in three)
     assert all(v.key.head_dim == 64 for v in fwd if v.config.get("consumers") == 3)
-    # the backward serves 64, 128, and 96 on 128-wide tiles; 256 would not fit its registers
+    # the backward serves 64, 128, and 96 on 128-wide tiles; 256 on the wide kernels only
+    # (bwd.py's would not fit their registers there)
     bwd = [v for v in everything if v.family == "gluon" and v.op == "bwd"]
-    assert {v.key.head_dim for v in bwd} == {64, 96, 128}
+    assert {v.key.head_dim for v in bwd} == {64, 96, 128, 256}
+    assert {v.key.head_dim for v in bwd if v.config.get("wide")} == {256}
+    assert {v.config_tag for v in bwd if v.key.head_dim == 256} == {"M64_stages2_det0_wide1",
+                                                                    "M64_stages2_det1_wide1"}
 
 
 def test_padded_head_dims_load_tiles_of_the_next_power_of_two():
@@ -126,7 +130,7 @@ def test_padded_head_dims_load_tiles_of_the_next_power_of_two():
                     # the plain-pointer steps, dK/dV stores and the dQ accumulator keep 96
                     assert step.kernel.constexprs["D"] == d
     assert gluon.key_excluded("sm_90", "bwd", FunctionalKey("bf16", 96, True)) is None
-    assert gluon.key_excluded("sm_90", "bwd", FunctionalKey("bf16", 256, True)) is not None
+    assert gluon.key_excluded("sm_90", "bwd", FunctionalKey("bf16", 256, True)) is None  # wide
     assert gluon.key_excluded("sm_90", "fwd", FunctionalKey("bf16", 96, True)) is None
 
 
