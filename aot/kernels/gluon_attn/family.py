@@ -20,8 +20,6 @@ Config knobs:
   consumers   3: three consumer warpgroups take turns (a work tile is 3 * M rows): at head dim
               64 a softmax's exponentials take as long as its warpgroup's GEMMs, and two
               others' GEMMs hide them better than one; absent: two
-  qstages     2 (persistent only): two Q buffers per consumer, so the next work tile's Q loads
-              during this one instead of after its last QKᵀ; absent: one
 
 The backward (bwd.py), three launches per variant. Config knobs:
   M           query rows per dK/dV step (the dK/dV program owns 128 keys, 64 per consumer)
@@ -79,11 +77,6 @@ FWD_CONFIGS = (
     # persistent N128 keeps the plain schedule: the overlapped one spills with 160 registers
     {"M": 64, "N": 128, "stages": 3, "persistent": 1, "consumers": 3},
     {"M": 64, "N": 64, "stages": 3, "overlap": 1, "persistent": 1, "consumers": 3},
-    # the two persistent configs that win most 128-wide keys, with each consumer's Q
-    # double-buffered (`qstages`), so the next work tile's Q loads during this one; tile width
-    # 128 only (`excluded`)
-    {"M": 64, "N": 64, "stages": 3, "overlap": 1, "persistent": 1, "qstages": 2},
-    {"M": 64, "N": 128, "stages": 2, "persistent": 1, "qstages": 2},
 )
 FWD_CONSUMERS = 2  # consumer warpgroups of a forward config without the knob
 
@@ -160,7 +153,6 @@ def _fwd_steps(key: FunctionalKey, config) -> tuple[Step, ...]:
                   "STAGES": config["stages"], "CAUSAL": key.causal,
                   "OVERLAP": bool(config.get("overlap", 0)),
                   "PERSISTENT": bool(config.get("persistent", 0)), "CONSUMERS": consumers,
-                  "Q_STAGES": config.get("qstages", 1),
                   "CONSUMER_REGS": CONSUMER_REGS if consumers == 2 else CONSUMER_REGS_3,
                   "LOAD_REGS": LOAD_REGS if consumers == 2 else LOAD_REGS_3}
     if config.get("persistent"):
@@ -250,16 +242,14 @@ def bwd_workspace(arch: str, op: str, key: FunctionalKey, config) -> tuple[Works
 
 def shared_memory_bytes(head_dim: int, config, op: str = "fwd") -> int:
     """16-bit tiles plus barriers. Forward: a Q tile per consumer (reused for O unless
-    persistent, which has O tiles of its own and `qstages` Q tiles per consumer) and `stages`
-    K and V tiles. Backward: the larger
+    persistent, which has O tiles of its own) and `stages` K and V tiles. Backward: the larger
     of the dK/dV kernel (128 keys of K and V, `stages` Q and dO tiles, and two double-buffered
     dSᵀ tiles when fast, plus two fp32 dQ staging tiles with `tma`) and the dQ kernel (two Q
     and dO tiles, `stages` K and V tiles of qN keys). The wide kernels: 64 keys of K and V,
     `stages` Q and dO tiles, and the hand-over tiles Pᵀ (fp32) and dSᵀ; the dQ kernel holds
     the same with queries and keys swapped."""
     if op == "fwd":
-        q_tiles = config.get("consumers", FWD_CONSUMERS) * (
-            1 + config.get("qstages", 1) if config.get("persistent") else 1)
+        q_tiles = config.get("consumers", FWD_CONSUMERS) * (2 if config.get("persistent") else 1)
         rows = q_tiles * config["M"] + 2 * config["stages"] * config["N"]
         return 2 * head_dim * rows + 1024
     m, stages = config["M"], config["stages"]
@@ -312,8 +302,6 @@ def excluded(arch: str, op: str, key: FunctionalKey, config) -> str | None:
             return "the 3-stage ring of this config fits at head dim 64; this one stands in for it"
         if key.causal:
             return "the overlapped persistent N128 2-stage schedule spills under causal"
-    if op == "fwd" and config.get("qstages", 1) > 1 and tile_dim(key.head_dim) != 128:
-        return "a second Q buffer is declared, and measured, at tile width 128 only"
     if op == "fwd" and config.get("consumers", FWD_CONSUMERS) == 3:
         reason = three_consumers_excluded(key.head_dim)
         if reason:

@@ -121,9 +121,8 @@ def _tile(unit, half, row_blocks, Hq, TILE_M: gl.constexpr, PERSISTENT: gl.const
 
 @aggregate
 class FwdSmem:
-    """Shared memory of a program: Q [Q_STAGES * CONSUMERS] (a persistent program may hold two
-    work tiles' Q: _q_slot), O [CONSUMERS] (Q's own slots unless persistent), and the K and V
-    rings [STAGES]."""
+    """Shared memory of a program: Q [CONSUMERS], O [CONSUMERS] (Q's own slots unless
+    persistent), and the K and V rings [STAGES]."""
     q: gl.shared_memory_descriptor
     o: gl.shared_memory_descriptor
     k: gl.shared_memory_descriptor
@@ -139,8 +138,8 @@ class FwdSmem:
 
 @aggregate
 class FwdBarriers:
-    q_ready: gl.shared_memory_descriptor  # [Q_STAGES * CONSUMERS] a consumer's Q tile landed
-    q_free: gl.shared_memory_descriptor   # [Q_STAGES * CONSUMERS] its last QKᵀ with that Q is done
+    q_ready: gl.shared_memory_descriptor  # [CONSUMERS] a consumer's Q tile landed
+    q_free: gl.shared_memory_descriptor   # [CONSUMERS] a consumer did its last QKᵀ with its Q
     # K(j) lands on k_ready. With a 2-stage ring V(j) lands on v_ready, so QKᵀ(j) waits for
     # K(j) only; with 3 stages the loads run far enough ahead that the second wait only costs,
     # and V(j) lands on k_ready beside K(j) (v_ready is unused). Separate allocations: Triton
@@ -156,18 +155,6 @@ class FwdBarriers:
         self.k_ready = k_ready
         self.v_ready = v_ready
         self.kv_free = kv_free
-
-
-@gluon.jit
-def _q_slot(smem, it, CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr):
-    """(slot, phase) of a consumer's Q for the `it`-th work tile. With one Q per consumer the
-    next work tile's Q loads only once the last QKᵀ of this one is done; with two (Q_STAGES,
-    read off the allocation) it loads a work tile ahead, during this one."""
-    Q_STAGES: gl.constexpr = smem.q.shape[0] // CONSUMERS
-    if Q_STAGES == 1:
-        return CONSUMER, it & 1
-    else:
-        return (it % Q_STAGES) * CONSUMERS + CONSUMER, (it // Q_STAGES) & 1
 
 
 # --------------------------------------------------------------------------------------------
@@ -224,11 +211,10 @@ def _load_tile(q_desc, k_desc, v_desc, smem, bars, b, h, start, count, it, Hq, H
             # QKᵀ needs Q and K(0) only. Each consumer frees its Q slot after its last QKᵀ of
             # the previous work tile, and K(0) streams in meanwhile.
             for c in gl.static_range(CONSUMERS):
-                slot, phase = _q_slot(smem, it, c, CONSUMERS)
-                mbarrier.wait(bars.q_free.index(slot), phase ^ 1)
-                mbarrier.expect(bars.q_ready.index(slot), q_bytes)
+                mbarrier.wait(bars.q_free.index(c), (it & 1) ^ 1)
+                mbarrier.expect(bars.q_ready.index(c), q_bytes)
                 tma.async_copy_global_to_shared(q_desc, [b, h, start + c * BLOCK_M, 0],
-                                                bars.q_ready.index(slot), smem.q.index(slot))
+                                                bars.q_ready.index(c), smem.q.index(c))
         if STAGES == SPLIT_KV_STAGES:
             mbarrier.expect(bars.v_ready.index(stage), v_bytes)
             tma.async_copy_global_to_shared(v_desc, [b, kv_h, j * BLOCK_N, 0],
@@ -344,13 +330,13 @@ def _own_tiles(n_tiles, row0, CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr,
 # mma + softmax of one consumer warpgroup over one work tile, and its epilogue.
 # --------------------------------------------------------------------------------------------
 @gluon.jit
-def _attend(q, q_free, smem, bars, base, n_tiles, row0, Sk, sm_scale,
+def _attend(q, smem, bars, base, n_tiles, row0, Sk, sm_scale,
             s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr,
             CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr, BLOCK_M: gl.constexpr,
             BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
             CAUSAL: gl.constexpr, OVERLAP: gl.constexpr):
     """O (unnormalised), m and l of this consumer's rows over the work tile's key tiles
-    0..n_tiles-1, Q in `q`, released on `q_free` after the last QKᵀ. `base` counts the K/V tiles, and so the turns, this consumer took in earlier
+    0..n_tiles-1. `base` counts the K/V tiles, and so the turns, this consumer took in earlier
     work tiles: ring slots and barrier phases continue from there.
 
     Under causal the last key tiles may lie wholly past this consumer's rows (_own_tiles): it
@@ -427,8 +413,8 @@ def _attend(q, q_free, smem, bars, base, n_tiles, row0, Sk, sm_scale,
             acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
             p = gl.convert_layout(p_f32.to(dtype), p_layout)
 
-    # The last QKᵀ is done: the loader may put a later work tile's Q into this slot.
-    mbarrier.arrive(q_free)
+    # The last QKᵀ is done: the loader may put the next work tile's Q into this slot.
+    mbarrier.arrive(bars.q_free.index(CONSUMER))
     # The last tile's PV: with no turn (the tensor cores are ours once the others are done
     # too), or in the turn of the first key tile this consumer skips.
     last = (base + n_own - 1) % STAGES
@@ -457,12 +443,12 @@ def _attend(q, q_free, smem, bars, base, n_tiles, row0, Sk, sm_scale,
 
 
 @gluon.jit
-def _idle(q_free, bars, base, n_tiles, CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr,
+def _idle(bars, base, n_tiles, CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr,
           STAGES: gl.constexpr):
     """A work tile whose rows for this consumer all lie past Sq (three consumers' 192 rows
     against, say, Sq = 1024): no GEMMs, only the tile's turns and slot releases, so the others'
     round and the loader's ring go on."""
-    mbarrier.arrive(q_free)
+    mbarrier.arrive(bars.q_free.index(CONSUMER))
     for j in range(n_tiles):
         count = base + j
         _take_turn(CONSUMER, CONSUMERS)
@@ -544,37 +530,35 @@ def _consume_tile(o_desc, lse_ptr, smem, bars, b, h, start, count, it, Hq, Sq, S
     `count` K/V tiles; returns how many K/V tiles it took."""
     n_tiles = _kv_tiles(start, Sk, CONSUMERS * BLOCK_M, BLOCK_N, CAUSAL)
     row0 = start + CONSUMER * BLOCK_M
-    q_slot, q_phase = _q_slot(smem, it, CONSUMER, CONSUMERS)
-    mbarrier.wait(bars.q_ready.index(q_slot), q_phase)
+    mbarrier.wait(bars.q_ready.index(CONSUMER), it & 1)
     # Three consumers' 192 rows often reach past Sq (Sq = 1024: the last work tile has 64 rows),
     # and a later consumer's rows may all lie there: it then only keeps the round. (Two
     # consumers' 128 rows leave one idle less often; that code is left out.)
     if CONSUMERS > 2 and CONSUMER > 0:
         if row0 < Sq:
-            _consume_rows(o_desc, lse_ptr, smem, bars, q_slot, b, h, count, n_tiles, row0, Hq,
-                          Sq, Sk, sm_scale, s_layout, o_layout, p_layout, CONSUMER, CONSUMERS,
-                          BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP)
+            _consume_rows(o_desc, lse_ptr, smem, bars, b, h, count, n_tiles, row0, Hq, Sq, Sk,
+                          sm_scale, s_layout, o_layout, p_layout, CONSUMER, CONSUMERS, BLOCK_M,
+                          BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP)
         else:
-            _idle(bars.q_free.index(q_slot), bars, count, n_tiles, CONSUMER, CONSUMERS, STAGES)
+            _idle(bars, count, n_tiles, CONSUMER, CONSUMERS, STAGES)
     else:
-        _consume_rows(o_desc, lse_ptr, smem, bars, q_slot, b, h, count, n_tiles, row0, Hq, Sq,
-                      Sk, sm_scale, s_layout, o_layout, p_layout, CONSUMER, CONSUMERS, BLOCK_M,
+        _consume_rows(o_desc, lse_ptr, smem, bars, b, h, count, n_tiles, row0, Hq, Sq, Sk,
+                      sm_scale, s_layout, o_layout, p_layout, CONSUMER, CONSUMERS, BLOCK_M,
                       BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP)
     return n_tiles
 
 
 @gluon.jit
-def _consume_rows(o_desc, lse_ptr, smem, bars, q_slot, b, h, count, n_tiles, row0, Hq, Sq, Sk,
-                  sm_scale,
+def _consume_rows(o_desc, lse_ptr, smem, bars, b, h, count, n_tiles, row0, Hq, Sq, Sk, sm_scale,
                   s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr,
                   CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr, BLOCK_M: gl.constexpr,
                   BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
                   CAUSAL: gl.constexpr, OVERLAP: gl.constexpr):
     """This consumer's BLOCK_M rows from row0 over the work tile's n_tiles key tiles, and their
     epilogue."""
-    q = smem.q.index(q_slot).reshape([BLOCK_M, HEAD_DIM])
-    acc, m_i, l_i = _attend(q, bars.q_free.index(q_slot), smem, bars, count, n_tiles, row0, Sk,
-                            sm_scale, s_layout, o_layout, p_layout, CONSUMER, CONSUMERS,
+    q = smem.q.index(CONSUMER).reshape([BLOCK_M, HEAD_DIM])
+    acc, m_i, l_i = _attend(q, smem, bars, count, n_tiles, row0, Sk, sm_scale,
+                            s_layout, o_layout, p_layout, CONSUMER, CONSUMERS,
                             BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP)
     _epilogue(acc, m_i, l_i, o_desc, smem.o.index(CONSUMER), lse_ptr, b, h, row0, Hq, Sq,
               sm_scale, s_layout, o_layout, BLOCK_M, HEAD_DIM)
@@ -584,16 +568,13 @@ def _consume_rows(o_desc, lse_ptr, smem, bars, q_slot, b, h, count, n_tiles, row
 def attn_fwd_pingpong(q_desc, k_desc, v_desc, o_desc, lse_ptr, B, Hq, Hkv, Sq, Sk, sm_scale,
                       BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                       STAGES: gl.constexpr, CAUSAL: gl.constexpr, OVERLAP: gl.constexpr,
-                      PERSISTENT: gl.constexpr, CONSUMERS: gl.constexpr, Q_STAGES: gl.constexpr,
+                      PERSISTENT: gl.constexpr, CONSUMERS: gl.constexpr,
                       CONSUMER_REGS: gl.constexpr, LOAD_REGS: gl.constexpr):
     """grid: (cdiv(Sq, CONSUMERS * BLOCK_M), B * Hq), or (num_sms,) when PERSISTENT;
-    num_warps = 4 (consumer 0). Q_STAGES = 2 (persistent only) double-buffers each consumer's
-    Q, so a work tile's Q loads while the previous work tile runs."""
+    num_warps = 4 (consumer 0)."""
     gl.static_assert(CONSUMERS == 2 or CONSUMERS == 3, "two or three consumer warpgroups")
-    gl.static_assert(Q_STAGES == 1 or PERSISTENT, "a second Q buffer needs a next work tile")
     dtype: gl.constexpr = q_desc.dtype
-    q = gl.allocate_shared_memory(dtype, [Q_STAGES * CONSUMERS] + q_desc.block_type.shape,
-                                  q_desc.layout)
+    q = gl.allocate_shared_memory(dtype, [CONSUMERS] + q_desc.block_type.shape, q_desc.layout)
     if PERSISTENT:
         # O has a buffer of its own, so the next work tile's Q can load during this epilogue.
         o = gl.allocate_shared_memory(dtype, [CONSUMERS] + o_desc.block_type.shape,
@@ -606,12 +587,12 @@ def attn_fwd_pingpong(q_desc, k_desc, v_desc, o_desc, lse_ptr, B, Hq, Hkv, Sq, S
                    gl.allocate_shared_memory(dtype, [STAGES] + v_desc.block_type.shape,
                                              v_desc.layout))
     bars = FwdBarriers(
-        gl.allocate_shared_memory(gl.int64, [Q_STAGES * CONSUMERS, 1], mbarrier.MBarrierLayout()),
-        gl.allocate_shared_memory(gl.int64, [Q_STAGES * CONSUMERS, 1], mbarrier.MBarrierLayout()),
+        gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout()),
+        gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout()),
         gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout()),
         gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout()),
         gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout()))
-    for i in gl.static_range(Q_STAGES * CONSUMERS):
+    for i in gl.static_range(CONSUMERS):
         mbarrier.init(bars.q_ready.index(i), count=1)
         mbarrier.init(bars.q_free.index(i), count=1)
     for i in gl.static_range(STAGES):
