@@ -211,10 +211,12 @@ def _key_block(Hq, Hkv, Sq, Sk, BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr,
 
 @aggregate
 class DkdvSmem:
-    """Shared memory of a dK/dV program. K and V are stored as two 64-key halves, one per
+    """Shared memory of a dK/dV program. Here K and V are stored as two 64-key halves, one per
     consumer; the ring holds each query tile's Q, dO, LSE (in score units, LSE/scale) and Δ;
     dSᵀ is [2 * slot + half, 64 keys, BLOCK_M queries] (fast variant only); dq is each
-    consumer's fp32 dQ share on its way to a TMA reduce-add (DQ_TMA only)."""
+    consumer's fp32 dQ share on its way to a TMA reduce-add (DQ_TMA only). bwd_wide.py's
+    program holds one K and V tile, one dSᵀ tile, and Pᵀ (`p`, fp32), handed between its
+    consumers; unused slots hold another buffer."""
     k: gl.shared_memory_descriptor
     v: gl.shared_memory_descriptor
     q: gl.shared_memory_descriptor
@@ -223,9 +225,10 @@ class DkdvSmem:
     delta: gl.shared_memory_descriptor
     ds: gl.shared_memory_descriptor
     dq: gl.shared_memory_descriptor
+    p: gl.shared_memory_descriptor
 
     @gluon.constexpr_function
-    def __init__(self, k, v, q, do, lse, delta, ds, dq):
+    def __init__(self, k, v, q, do, lse, delta, ds, dq, p):
         self.k = k
         self.v = v
         self.q = q
@@ -234,6 +237,7 @@ class DkdvSmem:
         self.delta = delta
         self.ds = ds
         self.dq = dq
+        self.p = p
 
 
 @aggregate
@@ -242,13 +246,16 @@ class DkdvBarriers:
     qdo_ready: gl.shared_memory_descriptor  # [STAGES] a slot's Q, dO (TMA), LSE and Δ landed
     qdo_free: gl.shared_memory_descriptor   # [STAGES] both consumers are done with a slot
     ds_ready: gl.shared_memory_descriptor   # [2] both consumers stored their dSᵀ half
+    # (bwd_wide.py: one barrier, consumer 1 stored this tile's dSᵀ)
+    p_ready: gl.shared_memory_descriptor    # bwd_wide.py: consumer 0 stored this tile's Pᵀ
 
     @gluon.constexpr_function
-    def __init__(self, kv_ready, qdo_ready, qdo_free, ds_ready):
+    def __init__(self, kv_ready, qdo_ready, qdo_free, ds_ready, p_ready):
         self.kv_ready = kv_ready
         self.qdo_ready = qdo_ready
         self.qdo_free = qdo_free
         self.ds_ready = ds_ready
+        self.p_ready = p_ready
 
 
 # --------------------------------------------------------------------------------------------
@@ -362,6 +369,27 @@ def _store_rows(ptr, stride_b, stride_h, stride_s, value, b, h, row0, n_rows,
 
 
 @gluon.jit
+def _minus_lse(s_zero, lse_row, key0, m0, Sk, s_layout: gl.constexpr, KEYS: gl.constexpr,
+               BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr):
+    """Sᵀ's initial accumulator [KEYS keys from key0, BLOCK_M queries from m0]: −LSE/scale of
+    each query (from the ring's row `lse_row`), and −inf where the causal diagonal or the end of
+    the keys masks the pair (keys past Sk read as zeros, but P there would not be 0)."""
+    col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
+    minus_lse = s_zero - gl.expand_dims(lse_row.load(col_layout), 0)
+    needs_mask = key0 + KEYS > Sk
+    if CAUSAL:
+        needs_mask = needs_mask | (m0 < key0 + KEYS)
+    if needs_mask:
+        keys = key0 + gl.arange(0, KEYS, layout=gl.SliceLayout(1, s_layout))
+        queries = m0 + gl.arange(0, BLOCK_M, layout=col_layout)
+        keep = gl.expand_dims(keys < Sk, 1)
+        if CAUSAL:
+            keep = keep & (gl.expand_dims(queries, 0) >= gl.expand_dims(keys, 1))
+        minus_lse = gl.where(keep, minus_lse, -float("inf"))
+    return minus_lse
+
+
+@gluon.jit
 def _dkdv_tile(smem, bars, dq_out, dk_acc, dv_acc, k, v, key0, t, stage, phase, b, h, m0,
                Hq, Sq, Sk, qk_scale,
                s_layout: gl.constexpr, kv_layout: gl.constexpr, CONSUMER: gl.constexpr,
@@ -381,18 +409,8 @@ def _dkdv_tile(smem, bars, dq_out, dk_acc, dv_acc, k, v, key0, t, stage, phase, 
     # ---- Sᵀ − LSE/scale = K·Qᵀ − LSE/scale and dPᵀ − Δ = V·dOᵀ − Δ, both in flight.
     # The row statistics enter as the initial accumulators, so no registers hold them where
     # pressure peaks (Pᵀ and dSᵀ beside the dK and dV accumulators, at head dim 128).
-    minus_lse = s_zero - gl.expand_dims(smem.lse.index(stage).load(col_layout), 0)
-    # The mask enters the same way: −inf there gives P = 0.
-    needs_mask = key0 + HALF_N > Sk  # keys past Sk read as zeros, but P there is not 0
-    if CAUSAL:
-        needs_mask = needs_mask | (m0 < key0 + HALF_N)
-    if needs_mask:
-        keys = key0 + gl.arange(0, HALF_N, layout=gl.SliceLayout(1, s_layout))
-        queries = m0 + gl.arange(0, BLOCK_M, layout=col_layout)
-        keep = gl.expand_dims(keys < Sk, 1)
-        if CAUSAL:
-            keep = keep & (gl.expand_dims(queries, 0) >= gl.expand_dims(keys, 1))
-        minus_lse = gl.where(keep, minus_lse, -float("inf"))
+    minus_lse = _minus_lse(s_zero, smem.lse.index(stage), key0, m0, Sk, s_layout, HALF_N,
+                           BLOCK_M, CAUSAL)
     sT = warpgroup_mma(k, q.permute([1, 0]), minus_lse, is_async=True)
     minus_delta = s_zero - gl.expand_dims(smem.delta.index(stage).load(col_layout), 0)
     dpT = warpgroup_mma(v, do.permute([1, 0]), minus_delta, is_async=True)
@@ -512,11 +530,12 @@ def _dkdv_program(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_out, d
     row_smem: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
     lse = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_M], row_smem)
     delta = gl.allocate_shared_memory(gl.float32, [STAGES, BLOCK_M], row_smem)
-    smem = DkdvSmem(k, v, q, do, lse, delta, ds, dq)
-    bars = DkdvBarriers(gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout()),
-                        gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout()),
-                        gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout()),
-                        gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout()))
+    smem = DkdvSmem(k, v, q, do, lse, delta, ds, dq, k)  # no Pᵀ hand-over here
+    kv_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    qdo_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    qdo_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    ds_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    bars = DkdvBarriers(kv_ready, qdo_ready, qdo_free, ds_ready, ds_ready)  # no Pᵀ hand-over
     mbarrier.init(bars.kv_ready, count=1)
     for i in gl.static_range(STAGES):
         mbarrier.init(bars.qdo_ready.index(i), count=2)  # the TMA bytes, and LSE/Δ stored
@@ -630,13 +649,18 @@ class DqSmem:
     do: gl.shared_memory_descriptor   # [2]
     k: gl.shared_memory_descriptor    # [STAGES] ring
     v: gl.shared_memory_descriptor    # [STAGES] ring
+    # bwd_wide.py (one Q and dO tile for both consumers): P (fp32) and dS handed between them
+    p: gl.shared_memory_descriptor
+    ds: gl.shared_memory_descriptor
 
     @gluon.constexpr_function
-    def __init__(self, q, do, k, v):
+    def __init__(self, q, do, k, v, p, ds):
         self.q = q
         self.do = do
         self.k = k
         self.v = v
+        self.p = p
+        self.ds = ds
 
 
 @aggregate
@@ -644,12 +668,16 @@ class DqBarriers:
     q_ready: gl.shared_memory_descriptor    # [2] a consumer's Q and dO landed
     kv_ready: gl.shared_memory_descriptor   # [STAGES]
     kv_free: gl.shared_memory_descriptor    # [STAGES] both consumers are done with a slot
+    p_ready: gl.shared_memory_descriptor    # bwd_wide.py: consumer 0 stored this tile's P
+    ds_ready: gl.shared_memory_descriptor   # bwd_wide.py: consumer 1 stored this tile's dS
 
     @gluon.constexpr_function
-    def __init__(self, q_ready, kv_ready, kv_free):
+    def __init__(self, q_ready, kv_ready, kv_free, p_ready, ds_ready):
         self.q_ready = q_ready
         self.kv_ready = kv_ready
         self.kv_free = kv_free
+        self.p_ready = p_ready
+        self.ds_ready = ds_ready
 
 
 @gluon.jit
@@ -676,6 +704,25 @@ def _dq_load(q_desc, k_desc, v_desc, do_desc, smem, bars, Hq, Hkv, Sq, Sk,
                                         smem.k.index(stage))
         tma.async_copy_global_to_shared(v_desc, [blk.b, blk.h_kv, j * BLOCK_N, 0], ready,
                                         smem.v.index(stage))
+
+
+@gluon.jit
+def _dq_probabilities(s, lse, col0, rows, row0, Sk, sm_scale, s_layout: gl.constexpr,
+                      BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr):
+    """P = exp(scale·S − LSE) of the query rows `rows` (from row0) against BLOCK_N keys from
+    col0, the difference in natural units before the base change and at most 0 (as the triton
+    family's), 0 where the causal diagonal or the end of the keys masks the pair."""
+    p = gl.exp2(gl.minimum(s * sm_scale - gl.expand_dims(lse, 1), 0.0) * LOG2E)
+    needs_mask = col0 + BLOCK_N > Sk
+    if CAUSAL:
+        needs_mask = needs_mask | (col0 + BLOCK_N > row0 + 1)
+    if needs_mask:
+        cols = col0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
+        keep = gl.expand_dims(cols < Sk, 0)
+        if CAUSAL:
+            keep = keep & (gl.expand_dims(cols, 0) <= gl.expand_dims(rows, 1))
+        p = gl.where(keep, p, 0.0)
+    return p
 
 
 @gluon.jit
@@ -720,17 +767,8 @@ def _dq_consume(dq_desc, smem, bars, lse_ptr, delta_ptr, Hq, Hkv, Sq, Sk, sm_sca
         # ---- P = exp(scale·S − LSE) from the forward's LSE, the difference in natural units
         # before the base change and at most 0 (as the triton family's), masked on the
         # diagonal and past Sk
-        p = gl.exp2(gl.minimum(s * sm_scale - gl.expand_dims(lse, 1), 0.0) * LOG2E)
-        col0 = j * BLOCK_N
-        needs_mask = col0 + BLOCK_N > Sk
-        if CAUSAL:
-            needs_mask = needs_mask | (col0 + BLOCK_N > row0 + 1)
-        if needs_mask:
-            cols = col0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
-            keep = gl.expand_dims(cols < Sk, 0)
-            if CAUSAL:
-                keep = keep & (gl.expand_dims(cols, 0) <= gl.expand_dims(rows, 1))
-            p = gl.where(keep, p, 0.0)
+        p = _dq_probabilities(s, lse, j * BLOCK_N, rows, row0, Sk, sm_scale, s_layout, BLOCK_N,
+                              CAUSAL)
         # ---- dS = P ⊙ (dP − Δ); dQ += dS·K, left in flight
         dp = warpgroup_mma_wait(0, deps=[dp])
         ds = p * (dp - gl.expand_dims(delta, 1))
@@ -771,14 +809,17 @@ def attn_bwd_dq(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_ptr, delta_ptr,
                 CAUSAL: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOAD_REGS: gl.constexpr):
     """Deterministic variant's dQ. grid: (cdiv(Sq, 128), B * Hq); num_warps = 4 (consumer 0)."""
     dtype: gl.constexpr = q_desc.dtype
+    q = gl.allocate_shared_memory(dtype, [2] + q_desc.block_type.shape, q_desc.layout)
     smem = DqSmem(
-        gl.allocate_shared_memory(dtype, [2] + q_desc.block_type.shape, q_desc.layout),
-        gl.allocate_shared_memory(dtype, [2] + do_desc.block_type.shape, do_desc.layout),
+        q, gl.allocate_shared_memory(dtype, [2] + do_desc.block_type.shape, do_desc.layout),
         gl.allocate_shared_memory(dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout),
-        gl.allocate_shared_memory(dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout))
-    bars = DqBarriers(gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout()),
+        gl.allocate_shared_memory(dtype, [STAGES] + v_desc.block_type.shape, v_desc.layout),
+        q, q)  # no P or dS hand-over here
+    q_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    bars = DqBarriers(q_ready,
                       gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout()),
-                      gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout()))
+                      gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout()),
+                      q_ready, q_ready)
     for i in gl.static_range(2):
         mbarrier.init(bars.q_ready.index(i), count=1)
     for i in gl.static_range(STAGES):

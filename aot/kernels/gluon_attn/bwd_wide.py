@@ -12,14 +12,14 @@ whole head dim, so each is computed once, by one consumer, and handed over in sh
                          head of the GQA group into a STAGES-deep ring (bwd._dkdv_load)
     consumer0  4 warps   Sᵀ = K·Qᵀ − LSE, Pᵀ = exp(Sᵀ) → shared (fp32);
                          dV[:, :128] += Pᵀ·dO[:, :128]; dK[:, :128] += dSᵀ·Q[:, :128], dSᵀ
-                         read from shared; dQ[:, :128] = dS·K[:, :128]
+                         read from shared; (fast) dQ[:, :128] = dS·K[:, :128]
     consumer1  4 warps   dPᵀ = V·dOᵀ − Δ; Pᵀ from shared, dSᵀ = Pᵀ ⊙ (dPᵀ − Δ) → shared
                          (the input dtype); dV[:, 128:] and dK[:, 128:] from registers;
-                         dQ[:, 128:] = dS·K[:, 128:]
+                         (fast) dQ[:, 128:] = dS·K[:, 128:]
 
 Per query tile the GEMMs are Sᵀ and dPᵀ (64·64·256 multiply-adds each, one per consumer, side by
-side), then dV, dK and dQ (64·64·128 each, per consumer): the same five GEMMs per (query, key)
-pair as bwd.py's kernel, none recomputed. Pᵀ crosses in fp32, so dSᵀ is computed from the same
+side), then dV, dK and (fast) dQ (64·64·128 each, per consumer): in the fast variant the same
+five GEMMs per (query, key) pair as bwd.py's kernel, none recomputed. Pᵀ crosses in fp32, so dSᵀ is computed from the same
 values as bwd.py's (where Pᵀ never leaves the warpgroup).
 
 The hand-over is two single-arrival mbarriers, p_ready (consumer 0 → 1) and ds_ready (1 → 0),
@@ -47,54 +47,12 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier,
                                                               warpgroup_mma, warpgroup_mma_wait)
-from triton.language.core import _aggregate as aggregate
 
-from .bwd import (DQ_ATOMIC, DQ_NONE, HALF_N, LOG2E, _dkdv_load, _dq_load, _key_block,
-                  _next_slot, _nvmma, _query_block, _store_rows)
+from .bwd import (DQ_ATOMIC, DQ_NONE, HALF_N, DkdvBarriers, DkdvSmem, DqBarriers, DqSmem,
+                  _dkdv_load, _dq_load, _dq_probabilities, _key_block, _minus_lse, _next_slot,
+                  _nvmma, _query_block, _store_rows)
 
 KEYS = HALF_N  # keys per program: one m64 wgmma row block
-
-
-@aggregate
-class WideSmem:
-    """K and V (one 64-key tile each), the ring's Q, dO, LSE (score units) and Δ, and the two
-    hand-over tiles: Pᵀ (fp32) and dSᵀ (input dtype), both [64 keys, BLOCK_M queries]."""
-    k: gl.shared_memory_descriptor
-    v: gl.shared_memory_descriptor
-    q: gl.shared_memory_descriptor
-    do: gl.shared_memory_descriptor
-    lse: gl.shared_memory_descriptor
-    delta: gl.shared_memory_descriptor
-    p: gl.shared_memory_descriptor
-    ds: gl.shared_memory_descriptor
-
-    @gluon.constexpr_function
-    def __init__(self, k, v, q, do, lse, delta, p, ds):
-        self.k = k
-        self.v = v
-        self.q = q
-        self.do = do
-        self.lse = lse
-        self.delta = delta
-        self.p = p
-        self.ds = ds
-
-
-@aggregate
-class WideBarriers:
-    kv_ready: gl.shared_memory_descriptor   # K and V landed (one phase, once)
-    qdo_ready: gl.shared_memory_descriptor  # [STAGES] a slot's Q, dO (TMA), LSE and Δ landed
-    qdo_free: gl.shared_memory_descriptor   # [STAGES] both consumers are done with a slot
-    p_ready: gl.shared_memory_descriptor    # consumer 0 stored this tile's Pᵀ
-    ds_ready: gl.shared_memory_descriptor   # consumer 1 stored this tile's dSᵀ
-
-    @gluon.constexpr_function
-    def __init__(self, kv_ready, qdo_ready, qdo_free, p_ready, ds_ready):
-        self.kv_ready = kv_ready
-        self.qdo_ready = qdo_ready
-        self.qdo_free = qdo_free
-        self.p_ready = p_ready
-        self.ds_ready = ds_ready
 
 
 @gluon.jit
@@ -117,17 +75,8 @@ def _wide_tile(smem, bars, dq_accum, dk_acc, dv_acc, key0, t, stage, phase, b, h
     s_zero = gl.zeros([KEYS, BLOCK_M], gl.float32, s_layout)
     if CONSUMER == 0:
         # ---- Sᵀ − LSE/scale = K·Qᵀ − LSE/scale, the mask (−inf) in the initial accumulator
-        minus_lse = s_zero - gl.expand_dims(smem.lse.index(stage).load(col_layout), 0)
-        needs_mask = key0 + KEYS > Sk  # keys past Sk read as zeros, but P there is not 0
-        if CAUSAL:
-            needs_mask = needs_mask | (m0 < key0 + KEYS)
-        if needs_mask:
-            keys = key0 + gl.arange(0, KEYS, layout=gl.SliceLayout(1, s_layout))
-            queries = m0 + gl.arange(0, BLOCK_M, layout=col_layout)
-            keep = gl.expand_dims(keys < Sk, 1)
-            if CAUSAL:
-                keep = keep & (gl.expand_dims(queries, 0) >= gl.expand_dims(keys, 1))
-            minus_lse = gl.where(keep, minus_lse, -float("inf"))
+        minus_lse = _minus_lse(s_zero, smem.lse.index(stage), key0, m0, Sk, s_layout, KEYS,
+                               BLOCK_M, CAUSAL)
         k = smem.k.index(0).reshape([KEYS, HEAD_DIM])
         sT = warpgroup_mma(k, q.permute([1, 0]), minus_lse, is_async=True)
         sT = warpgroup_mma_wait(0, deps=[sT])
@@ -254,12 +203,13 @@ def _wide_dkdv_program(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_a
         gl.NVMMASharedLayout.get_default_for([KEYS, BLOCK_M], gl.float32))
     ds = gl.allocate_shared_memory(dtype, [KEYS, BLOCK_M],
                                    gl.NVMMASharedLayout.get_default_for([KEYS, BLOCK_M], dtype))
-    smem = WideSmem(k, v, q, do, lse, delta, p, ds)
-    bars = WideBarriers(gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout()),
-                        gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout()),
-                        gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout()),
-                        gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout()),
-                        gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout()))
+    smem = DkdvSmem(k, v, q, do, lse, delta, ds, k, p)  # no dQ staging tile
+    kv_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    qdo_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    qdo_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    p_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    ds_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    bars = DkdvBarriers(kv_ready, qdo_ready, qdo_free, ds_ready, p_ready)
     mbarrier.init(bars.kv_ready, count=1)
     for i in gl.static_range(STAGES):
         mbarrier.init(bars.qdo_ready.index(i), count=2)  # the TMA bytes, and LSE/Δ stored
@@ -317,44 +267,6 @@ def attn_bwd_dkdv_wide(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dk, 
 # --------------------------------------------------------------------------------------------
 # dQ kernel (deterministic variant)
 # --------------------------------------------------------------------------------------------
-@aggregate
-class WideDqSmem:
-    """Q and dO of the program's 64 rows, the K/V ring, and the hand-over tiles P (fp32) and
-    dS (input dtype), both [64 queries, 64 keys]."""
-    q: gl.shared_memory_descriptor
-    do: gl.shared_memory_descriptor
-    k: gl.shared_memory_descriptor
-    v: gl.shared_memory_descriptor
-    p: gl.shared_memory_descriptor
-    ds: gl.shared_memory_descriptor
-
-    @gluon.constexpr_function
-    def __init__(self, q, do, k, v, p, ds):
-        self.q = q
-        self.do = do
-        self.k = k
-        self.v = v
-        self.p = p
-        self.ds = ds
-
-
-@aggregate
-class WideDqBarriers:
-    q_ready: gl.shared_memory_descriptor    # [1] Q and dO landed
-    kv_ready: gl.shared_memory_descriptor   # [STAGES]
-    kv_free: gl.shared_memory_descriptor    # [STAGES] both consumers are done with a slot
-    p_ready: gl.shared_memory_descriptor    # consumer 0 stored this tile's P
-    ds_ready: gl.shared_memory_descriptor   # consumer 1 stored this tile's dS
-
-    @gluon.constexpr_function
-    def __init__(self, q_ready, kv_ready, kv_free, p_ready, ds_ready):
-        self.q_ready = q_ready
-        self.kv_ready = kv_ready
-        self.kv_free = kv_free
-        self.p_ready = p_ready
-        self.ds_ready = ds_ready
-
-
 @gluon.jit
 def _wide_dq_consume(dq, dq_stride_b, dq_stride_h, dq_stride_s, smem, bars, lse_ptr, delta_ptr,
                      Hq, Hkv, Sq, Sk, sm_scale,
@@ -390,21 +302,11 @@ def _wide_dq_consume(dq, dq_stride_b, dq_stride_h, dq_stride_s, smem, bars, lse_
         k = smem.k.index(stage).reshape([KEYS, HEAD_DIM])
         k_half = k.slice(COL0, HALF_D, dim=1)
         if CONSUMER == 0:
-            # ---- P = exp(scale·S − LSE), as bwd.py's dQ kernel: natural units, at most 0,
-            # masked on the diagonal and past Sk
+            # ---- P = exp(scale·S − LSE), as bwd.py's dQ kernel
             s = warpgroup_mma(q, k.permute([1, 0]), s_zero, use_acc=False, is_async=True)
             s = warpgroup_mma_wait(0, deps=[s])
-            p = gl.exp2(gl.minimum(s * sm_scale - gl.expand_dims(lse, 1), 0.0) * LOG2E)
-            col0 = j * KEYS
-            needs_mask = col0 + KEYS > Sk
-            if CAUSAL:
-                needs_mask = needs_mask | (col0 + KEYS > blk.start + 1)
-            if needs_mask:
-                cols = col0 + gl.arange(0, KEYS, layout=gl.SliceLayout(0, s_layout))
-                keep = gl.expand_dims(cols < Sk, 0)
-                if CAUSAL:
-                    keep = keep & (gl.expand_dims(cols, 0) <= gl.expand_dims(rows, 1))
-                p = gl.where(keep, p, 0.0)
+            p = _dq_probabilities(s, lse, j * KEYS, rows, blk.start, Sk, sm_scale, s_layout,
+                                  KEYS, CAUSAL)
             smem.p.store(p)
             mbarrier.arrive(bars.p_ready)
             # ---- dQ += dS·K on this half, dS from consumer 1's tile
@@ -441,7 +343,7 @@ def attn_bwd_dq_wide(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr,
     (consumer 0)."""
     dtype: gl.constexpr = q_desc.dtype
     hand: gl.constexpr = gl.NVMMASharedLayout.get_default_for([KEYS, KEYS], dtype)
-    smem = WideDqSmem(
+    smem = DqSmem(
         gl.allocate_shared_memory(dtype, [1] + q_desc.block_type.shape, q_desc.layout),
         gl.allocate_shared_memory(dtype, [1] + do_desc.block_type.shape, do_desc.layout),
         gl.allocate_shared_memory(dtype, [STAGES] + k_desc.block_type.shape, k_desc.layout),
@@ -449,7 +351,7 @@ def attn_bwd_dq_wide(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr,
         gl.allocate_shared_memory(gl.float32, [KEYS, KEYS],
                                   gl.NVMMASharedLayout.get_default_for([KEYS, KEYS], gl.float32)),
         gl.allocate_shared_memory(dtype, [KEYS, KEYS], hand))
-    bars = WideDqBarriers(
+    bars = DqBarriers(
         gl.allocate_shared_memory(gl.int64, [1, 1], mbarrier.MBarrierLayout()),
         gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout()),
         gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout()),

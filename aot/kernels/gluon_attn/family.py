@@ -109,6 +109,7 @@ BWD_ROWS_PER_PROGRAM = 64
 BWD_KEYS_PER_PROGRAM = 128   # dK/dV: 64 per consumer (bwd.HALF_N)
 WIDE_KEYS_PER_PROGRAM = 64   # dK/dV of the wide kernel: the consumers split the head dim
 BWD_QUERIES_PER_PROGRAM = 128  # dQ: 64 per consumer
+WIDE_QUERIES_PER_PROGRAM = 64  # dQ of the wide kernel: the consumers split the head dim
 
 # setmaxnreg per partition: the loader needs few registers, which frees them for the two
 # consumer warpgroups (accumulator M x D plus scores M x N fp32 over 128 threads each).
@@ -214,7 +215,7 @@ def _bwd_steps(key: FunctionalKey, config) -> tuple[Step, ...]:
         wide_maps = (_tensor_map("q_desc", "q", 64, key), _tensor_map("k_desc", "k", 64, key),
                      _tensor_map("v_desc", "v", 64, key), _tensor_map("do_desc", "do", 64, key))
         dq = _step("bwd_dq", attn_bwd_dq_wide, dkdv_words,
-                   ((("Sq", WIDE_KEYS_PER_PROGRAM),), (("B", 1), ("Hq", 1)), ()),
+                   ((("Sq", WIDE_QUERIES_PER_PROGRAM),), (("B", 1), ("Hq", 1)), ()),
                    {**dims, "STAGES": config["stages"], "CAUSAL": key.causal, **regs}, wide_maps)
         return preprocess, dkdv, dq
     n = config["qN"]
