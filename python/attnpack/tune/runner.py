@@ -326,6 +326,9 @@ def tune_key(torch, runtime, bundle, bench: Bench, index: dict, key: TuneKey, lo
                 continue
             errors[c["name"]] = math.inf
             log(f"  {c['name']}: {e}")
+    if not errors:  # e.g. a backward key over an archive with no forward for O and LSE
+        log(f"skip {key.text}: no candidate can run here (each says why above)")
+        return None
     finite = [e for e in errors.values() if math.isfinite(e)]
     if not finite:
         log(f"skip {key.text}: no candidate is correct")
