@@ -146,15 +146,22 @@ class FwdBarriers:
     # puts a warpgroup bar.sync between two waits on one.
     k_ready: gl.shared_memory_descriptor  # [STAGES]
     v_ready: gl.shared_memory_descriptor  # [STAGES]
-    kv_free: gl.shared_memory_descriptor  # [STAGES] every consumer is done with a slot
+    # [STAGES] every consumer is done with a slot's V (its PV ran), and with SPLIT_FREE with
+    # its K (its QKᵀ ran), on k_free. Without SPLIT_FREE the slot's K and V are refilled
+    # together once v_free completes (k_free is v_free and never used).
+    k_free: gl.shared_memory_descriptor
+    v_free: gl.shared_memory_descriptor
+    SPLIT_FREE: gl.constexpr
 
     @gluon.constexpr_function
-    def __init__(self, q_ready, q_free, k_ready, v_ready, kv_free):
+    def __init__(self, q_ready, q_free, k_ready, v_ready, k_free, v_free, SPLIT_FREE):
         self.q_ready = q_ready
         self.q_free = q_free
         self.k_ready = k_ready
         self.v_ready = v_ready
-        self.kv_free = kv_free
+        self.k_free = k_free
+        self.v_free = v_free
+        self.SPLIT_FREE = gl.constexpr(SPLIT_FREE)
 
 
 # --------------------------------------------------------------------------------------------
@@ -194,9 +201,12 @@ def _load_tile(q_desc, k_desc, v_desc, smem, bars, b, h, start, count, it, Hq, H
     n_tiles = _kv_tiles(start, Sk, CONSUMERS * BLOCK_M, BLOCK_N, CAUSAL)
     for j in range(n_tiles):
         stage = (count + j) % STAGES
-        # Wait until every consumer released the slot's previous tile. A fresh barrier counts
-        # as having completed the phase before 0, so the first STAGES waits pass at once.
-        mbarrier.wait(bars.kv_free.index(stage), (((count + j) // STAGES) & 1) ^ 1)
+        # Wait until every consumer released the slot's previous tile: its K (k_free), or with
+        # K and V released together its V (v_free). A fresh barrier counts as having completed
+        # the phase before 0, so the first STAGES waits pass at once.
+        free_phase = (((count + j) // STAGES) & 1) ^ 1
+        mbarrier.wait(bars.k_free.index(stage) if bars.SPLIT_FREE else bars.v_free.index(stage),
+                      free_phase)
         if STAGES == SPLIT_KV_STAGES:
             mbarrier.expect(bars.k_ready.index(stage), k_bytes)
         else:
@@ -204,6 +214,8 @@ def _load_tile(q_desc, k_desc, v_desc, smem, bars, b, h, start, count, it, Hq, H
         tma.async_copy_global_to_shared(k_desc, [b, kv_h, j * BLOCK_N, 0],
                                         bars.k_ready.index(stage), smem.k.index(stage))
         if STAGES != SPLIT_KV_STAGES:
+            if bars.SPLIT_FREE:
+                mbarrier.wait(bars.v_free.index(stage), free_phase)
             tma.async_copy_global_to_shared(v_desc, [b, kv_h, j * BLOCK_N, 0],
                                             bars.k_ready.index(stage), smem.v.index(stage))
         if j == 0:
@@ -216,6 +228,8 @@ def _load_tile(q_desc, k_desc, v_desc, smem, bars, b, h, start, count, it, Hq, H
                 tma.async_copy_global_to_shared(q_desc, [b, h, start + c * BLOCK_M, 0],
                                                 bars.q_ready.index(c), smem.q.index(c))
         if STAGES == SPLIT_KV_STAGES:
+            if bars.SPLIT_FREE:
+                mbarrier.wait(bars.v_free.index(stage), free_phase)
             mbarrier.expect(bars.v_ready.index(stage), v_bytes)
             tma.async_copy_global_to_shared(v_desc, [b, kv_h, j * BLOCK_N, 0],
                                             bars.v_ready.index(stage), smem.v.index(stage))
@@ -228,6 +242,29 @@ def _wait_v(bars, stage, count, STAGES: gl.constexpr):
     K, on the barrier the caller waited for already."""
     if STAGES == SPLIT_KV_STAGES:
         mbarrier.wait(bars.v_ready.index(stage), (count // STAGES) & 1)
+
+
+@gluon.jit
+def _release_k(bars, stage):
+    """This consumer's QKᵀ with ring slot `stage`'s K is done: with SPLIT_FREE the loader may
+    refill that K once every consumer said so, while the slot's V is still read by PV. (K(j+S)
+    then loads a whole iteration before QKᵀ(j+S) needs it; released with V after PV(j), one
+    iteration later, a 2-stage ring had no time left to hide the load.)"""
+    if bars.SPLIT_FREE:
+        mbarrier.arrive(bars.k_free.index(stage))
+
+
+@gluon.jit
+def _release_landed(bars, count, STAGES: gl.constexpr):
+    """Release the `count`-th K/V tile's slot without having read it (a skipped or idle tile),
+    once its K and V have landed: the loader fills each only after every release of the slot's
+    previous tile, so these arrivals cannot count for that one."""
+    stage = count % STAGES
+    mbarrier.wait(bars.k_ready.index(stage), (count // STAGES) & 1)
+    if bars.SPLIT_FREE:
+        _wait_v(bars, stage, count, STAGES)  # V is loaded after a release of its own
+    _release_k(bars, stage)
+    mbarrier.arrive(bars.v_free.index(stage))
 
 
 # --------------------------------------------------------------------------------------------
@@ -360,6 +397,7 @@ def _attend(q, smem, bars, base, n_tiles, row0, Sk, sm_scale,
         s_tok = warpgroup_mma(q, k_t, s_zero, use_acc=False, is_async=True)
         _pass_turn(CONSUMER, CONSUMERS)
         s = warpgroup_mma_wait(0, deps=[s_tok])
+        _release_k(bars, base % STAGES)
         p_f32, alpha, m_i, l_i = _softmax(s, m_i, l_i, 0, row0, Sk, qk_scale,
                                           s_layout, BLOCK_M, BLOCK_N, CAUSAL)
         p = gl.convert_layout(p_f32.to(dtype), p_layout)
@@ -380,11 +418,12 @@ def _attend(q, smem, bars, base, n_tiles, row0, Sk, sm_scale,
             # wgmma groups retire in order: one left in flight means QKᵀ(j) is done and PV(j-1)
             # may still run, behind this softmax.
             s = warpgroup_mma_wait(1, deps=[s_tok])
+            _release_k(bars, stage)
             p_f32, alpha, m_i, l_i = _softmax(s, m_i, l_i, j, row0, Sk, qk_scale,
                                               s_layout, BLOCK_M, BLOCK_N, CAUSAL)
             # p (tile j-1) is PV's register operand: it stays alive until PV is done.
             acc, p = warpgroup_mma_wait(0, deps=[acc, p])
-            mbarrier.arrive(bars.kv_free.index(prev))
+            mbarrier.arrive(bars.v_free.index(prev))
             acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
             p = gl.convert_layout(p_f32.to(dtype), p_layout)
     else:
@@ -403,8 +442,9 @@ def _attend(q, smem, bars, base, n_tiles, row0, Sk, sm_scale,
                 v = smem.v.index(prev).reshape([BLOCK_N, HEAD_DIM])
                 acc = warpgroup_mma(p, v, acc, is_async=True)
                 acc = warpgroup_mma_wait(0, deps=[acc])
-                mbarrier.arrive(bars.kv_free.index(prev))
+                mbarrier.arrive(bars.v_free.index(prev))
             s = warpgroup_mma_wait(0, deps=[s_tok])
+            _release_k(bars, stage)
             # Hand the turn over: the next warpgroup's GEMMs now overlap this softmax.
             _pass_turn(CONSUMER, CONSUMERS)
 
@@ -426,19 +466,14 @@ def _attend(q, smem, bars, base, n_tiles, row0, Sk, sm_scale,
     if skip:
         _pass_turn(CONSUMER, CONSUMERS)
     acc = warpgroup_mma_wait(0, deps=[acc])
-    mbarrier.arrive(bars.kv_free.index(last))
+    mbarrier.arrive(bars.v_free.index(last))
     for t in gl.static_range(1, MAX_SKIP):
         if t < n_tiles - n_own:  # the other skipped tiles' turns, empty
             _take_turn(CONSUMER, CONSUMERS)
             _pass_turn(CONSUMER, CONSUMERS)
     for t in gl.static_range(MAX_SKIP):
         if t < n_tiles - n_own:
-            # Release a skipped tile's slot once its K has landed: the loader loads a slot only
-            # after every release of its previous tile, so this arrival cannot count for that
-            # one.
-            skipped = base + n_tiles - 1 - t
-            mbarrier.wait(bars.k_ready.index(skipped % STAGES), (skipped // STAGES) & 1)
-            mbarrier.arrive(bars.kv_free.index(skipped % STAGES))
+            _release_landed(bars, base + n_tiles - 1 - t, STAGES)
     return acc, m_i, l_i
 
 
@@ -450,11 +485,9 @@ def _idle(bars, base, n_tiles, CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr,
     round and the loader's ring go on."""
     mbarrier.arrive(bars.q_free.index(CONSUMER))
     for j in range(n_tiles):
-        count = base + j
         _take_turn(CONSUMER, CONSUMERS)
         _pass_turn(CONSUMER, CONSUMERS)
-        mbarrier.wait(bars.k_ready.index(count % STAGES), (count // STAGES) & 1)
-        mbarrier.arrive(bars.kv_free.index(count % STAGES))
+        _release_landed(bars, base + j, STAGES)
 
 
 @gluon.jit
@@ -568,7 +601,7 @@ def _consume_rows(o_desc, lse_ptr, smem, bars, b, h, count, n_tiles, row0, Hq, S
 def attn_fwd_pingpong(q_desc, k_desc, v_desc, o_desc, lse_ptr, B, Hq, Hkv, Sq, Sk, sm_scale,
                       BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                       STAGES: gl.constexpr, CAUSAL: gl.constexpr, OVERLAP: gl.constexpr,
-                      PERSISTENT: gl.constexpr, CONSUMERS: gl.constexpr,
+                      PERSISTENT: gl.constexpr, CONSUMERS: gl.constexpr, SPLIT_FREE: gl.constexpr,
                       CONSUMER_REGS: gl.constexpr, LOAD_REGS: gl.constexpr):
     """grid: (cdiv(Sq, CONSUMERS * BLOCK_M), B * Hq), or (num_sms,) when PERSISTENT;
     num_warps = 4 (consumer 0)."""
@@ -586,19 +619,26 @@ def attn_fwd_pingpong(q_desc, k_desc, v_desc, o_desc, lse_ptr, B, Hq, Hkv, Sq, S
                                              k_desc.layout),
                    gl.allocate_shared_memory(dtype, [STAGES] + v_desc.block_type.shape,
                                              v_desc.layout))
+    v_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    if SPLIT_FREE:
+        k_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    else:
+        k_free = v_free
     bars = FwdBarriers(
         gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout()),
         gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout()),
         gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout()),
         gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout()),
-        gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout()))
+        k_free, v_free, SPLIT_FREE)
     for i in gl.static_range(CONSUMERS):
         mbarrier.init(bars.q_ready.index(i), count=1)
         mbarrier.init(bars.q_free.index(i), count=1)
     for i in gl.static_range(STAGES):
         mbarrier.init(bars.k_ready.index(i), count=1)
         mbarrier.init(bars.v_ready.index(i), count=1)
-        mbarrier.init(bars.kv_free.index(i), count=CONSUMERS)  # every consumer releases each tile
+        mbarrier.init(bars.v_free.index(i), count=CONSUMERS)  # every consumer releases each tile
+        if SPLIT_FREE:
+            mbarrier.init(bars.k_free.index(i), count=CONSUMERS)
 
     # Each consumer partition is _consume with its index as a constexpr. The argument tuples
     # are written in the call: a tuple stored in a variable would turn its constexprs into
