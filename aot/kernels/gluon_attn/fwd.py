@@ -619,17 +619,16 @@ def attn_fwd_pingpong(q_desc, k_desc, v_desc, o_desc, lse_ptr, B, Hq, Hkv, Sq, S
                                              k_desc.layout),
                    gl.allocate_shared_memory(dtype, [STAGES] + v_desc.block_type.shape,
                                              v_desc.layout))
+    q_ready = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
+    q_free = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
+    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     if SPLIT_FREE:
         k_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     else:
         k_free = v_free
-    bars = FwdBarriers(
-        gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout()),
-        gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout()),
-        gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout()),
-        gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout()),
-        k_free, v_free, SPLIT_FREE)
+    bars = FwdBarriers(q_ready, q_free, k_ready, v_ready, k_free, v_free, SPLIT_FREE)
     for i in gl.static_range(CONSUMERS):
         mbarrier.init(bars.q_ready.index(i), count=1)
         mbarrier.init(bars.q_free.index(i), count=1)
