@@ -154,7 +154,6 @@ def _fwd_steps(key: FunctionalKey, config) -> tuple[Step, ...]:
                   "STAGES": config["stages"], "CAUSAL": key.causal,
                   "OVERLAP": bool(config.get("overlap", 0)),
                   "PERSISTENT": bool(config.get("persistent", 0)), "CONSUMERS": consumers,
-                  "SPLIT_FREE": bool(config.get("kfree", 0)),
                   "CONSUMER_REGS": CONSUMER_REGS if consumers == 2 else CONSUMER_REGS_3,
                   "LOAD_REGS": LOAD_REGS if consumers == 2 else LOAD_REGS_3}
     if config.get("persistent"):

@@ -40,8 +40,10 @@ from triton.language.core import _aggregate as aggregate
 
 LN2 = gl.constexpr(0.6931471805599453)  # ln 2: lse is natural-log
 LOG2E = gl.constexpr(1.4426950408889634)
-# A ring this deep gives V barriers of their own (FwdBarriers): measured faster with 2 stages,
-# slower with 3 (docs/gluon-family.md, "Loads and turn").
+# A ring this deep handles K and V apart (FwdBarriers): V lands on barriers of its own, and a
+# slot's K is released after the QKᵀ that read it, before its V. Measured faster with 2 stages,
+# slower or no faster with 3 (docs/gluon-family.md, "Loads and turn" and "K released before
+# V").
 SPLIT_KV_STAGES = gl.constexpr(2)
 
 
@@ -146,22 +148,20 @@ class FwdBarriers:
     # puts a warpgroup bar.sync between two waits on one.
     k_ready: gl.shared_memory_descriptor  # [STAGES]
     v_ready: gl.shared_memory_descriptor  # [STAGES]
-    # [STAGES] every consumer is done with a slot's V (its PV ran), and with SPLIT_FREE with
-    # its K (its QKᵀ ran), on k_free. Without SPLIT_FREE the slot's K and V are refilled
-    # together once v_free completes (k_free is v_free and never used).
+    # [STAGES] every consumer is done with a slot's V (its PV ran). With a 2-stage ring, k_free:
+    # every consumer is done with its K (its QKᵀ ran); with 3 the slot's K and V are refilled
+    # together once v_free completes (k_free is v_free, and _release_k arrives on neither).
     k_free: gl.shared_memory_descriptor
     v_free: gl.shared_memory_descriptor
-    SPLIT_FREE: gl.constexpr
 
     @gluon.constexpr_function
-    def __init__(self, q_ready, q_free, k_ready, v_ready, k_free, v_free, SPLIT_FREE):
+    def __init__(self, q_ready, q_free, k_ready, v_ready, k_free, v_free):
         self.q_ready = q_ready
         self.q_free = q_free
         self.k_ready = k_ready
         self.v_ready = v_ready
         self.k_free = k_free
         self.v_free = v_free
-        self.SPLIT_FREE = gl.constexpr(SPLIT_FREE)
 
 
 # --------------------------------------------------------------------------------------------
@@ -201,21 +201,19 @@ def _load_tile(q_desc, k_desc, v_desc, smem, bars, b, h, start, count, it, Hq, H
     n_tiles = _kv_tiles(start, Sk, CONSUMERS * BLOCK_M, BLOCK_N, CAUSAL)
     for j in range(n_tiles):
         stage = (count + j) % STAGES
-        # Wait until every consumer released the slot's previous tile: its K (k_free), or with
-        # K and V released together its V (v_free). A fresh barrier counts as having completed
-        # the phase before 0, so the first STAGES waits pass at once.
+        # Wait until every consumer released the slot's previous tile: its K (2 stages), or its
+        # K and V together. A fresh barrier counts as having completed the phase before 0, so
+        # the first STAGES waits pass at once.
         free_phase = (((count + j) // STAGES) & 1) ^ 1
-        mbarrier.wait(bars.k_free.index(stage) if bars.SPLIT_FREE else bars.v_free.index(stage),
-                      free_phase)
         if STAGES == SPLIT_KV_STAGES:
+            mbarrier.wait(bars.k_free.index(stage), free_phase)
             mbarrier.expect(bars.k_ready.index(stage), k_bytes)
         else:
+            mbarrier.wait(bars.v_free.index(stage), free_phase)
             mbarrier.expect(bars.k_ready.index(stage), k_bytes + v_bytes)
         tma.async_copy_global_to_shared(k_desc, [b, kv_h, j * BLOCK_N, 0],
                                         bars.k_ready.index(stage), smem.k.index(stage))
         if STAGES != SPLIT_KV_STAGES:
-            if bars.SPLIT_FREE:
-                mbarrier.wait(bars.v_free.index(stage), free_phase)
             tma.async_copy_global_to_shared(v_desc, [b, kv_h, j * BLOCK_N, 0],
                                             bars.k_ready.index(stage), smem.v.index(stage))
         if j == 0:
@@ -228,8 +226,7 @@ def _load_tile(q_desc, k_desc, v_desc, smem, bars, b, h, start, count, it, Hq, H
                 tma.async_copy_global_to_shared(q_desc, [b, h, start + c * BLOCK_M, 0],
                                                 bars.q_ready.index(c), smem.q.index(c))
         if STAGES == SPLIT_KV_STAGES:
-            if bars.SPLIT_FREE:
-                mbarrier.wait(bars.v_free.index(stage), free_phase)
+            mbarrier.wait(bars.v_free.index(stage), free_phase)
             mbarrier.expect(bars.v_ready.index(stage), v_bytes)
             tma.async_copy_global_to_shared(v_desc, [b, kv_h, j * BLOCK_N, 0],
                                             bars.v_ready.index(stage), smem.v.index(stage))
@@ -245,12 +242,14 @@ def _wait_v(bars, stage, count, STAGES: gl.constexpr):
 
 
 @gluon.jit
-def _release_k(bars, stage):
-    """This consumer's QKᵀ with ring slot `stage`'s K is done: with SPLIT_FREE the loader may
-    refill that K once every consumer said so, while the slot's V is still read by PV. (K(j+S)
-    then loads a whole iteration before QKᵀ(j+S) needs it; released with V after PV(j), one
-    iteration later, a 2-stage ring had no time left to hide the load.)"""
-    if bars.SPLIT_FREE:
+def _release_k(bars, stage, STAGES: gl.constexpr):
+    """This consumer's QKᵀ with ring slot `stage`'s K is done. With a 2-stage ring the loader
+    refills that K once every consumer said so, while the slot's V is still read by PV: K(j + 2)
+    then loads during iteration j + 1. Released with V after PV(j), which the second consumer
+    runs at the end of its iteration j + 1, the load had no time left before the first
+    consumer's QKᵀ(j + 2) (docs/gluon-family.md, "K released before V"). With 3 stages K goes
+    with V."""
+    if STAGES == SPLIT_KV_STAGES:
         mbarrier.arrive(bars.k_free.index(stage))
 
 
@@ -261,9 +260,8 @@ def _release_landed(bars, count, STAGES: gl.constexpr):
     previous tile, so these arrivals cannot count for that one."""
     stage = count % STAGES
     mbarrier.wait(bars.k_ready.index(stage), (count // STAGES) & 1)
-    if bars.SPLIT_FREE:
-        _wait_v(bars, stage, count, STAGES)  # V is loaded after a release of its own
-    _release_k(bars, stage)
+    _wait_v(bars, stage, count, STAGES)
+    _release_k(bars, stage, STAGES)
     mbarrier.arrive(bars.v_free.index(stage))
 
 
@@ -397,7 +395,7 @@ def _attend(q, smem, bars, base, n_tiles, row0, Sk, sm_scale,
         s_tok = warpgroup_mma(q, k_t, s_zero, use_acc=False, is_async=True)
         _pass_turn(CONSUMER, CONSUMERS)
         s = warpgroup_mma_wait(0, deps=[s_tok])
-        _release_k(bars, base % STAGES)
+        _release_k(bars, base % STAGES, STAGES)
         p_f32, alpha, m_i, l_i = _softmax(s, m_i, l_i, 0, row0, Sk, qk_scale,
                                           s_layout, BLOCK_M, BLOCK_N, CAUSAL)
         p = gl.convert_layout(p_f32.to(dtype), p_layout)
@@ -418,7 +416,7 @@ def _attend(q, smem, bars, base, n_tiles, row0, Sk, sm_scale,
             # wgmma groups retire in order: one left in flight means QKᵀ(j) is done and PV(j-1)
             # may still run, behind this softmax.
             s = warpgroup_mma_wait(1, deps=[s_tok])
-            _release_k(bars, stage)
+            _release_k(bars, stage, STAGES)
             p_f32, alpha, m_i, l_i = _softmax(s, m_i, l_i, j, row0, Sk, qk_scale,
                                               s_layout, BLOCK_M, BLOCK_N, CAUSAL)
             # p (tile j-1) is PV's register operand: it stays alive until PV is done.
@@ -444,7 +442,7 @@ def _attend(q, smem, bars, base, n_tiles, row0, Sk, sm_scale,
                 acc = warpgroup_mma_wait(0, deps=[acc])
                 mbarrier.arrive(bars.v_free.index(prev))
             s = warpgroup_mma_wait(0, deps=[s_tok])
-            _release_k(bars, stage)
+            _release_k(bars, stage, STAGES)
             # Hand the turn over: the next warpgroup's GEMMs now overlap this softmax.
             _pass_turn(CONSUMER, CONSUMERS)
 
@@ -601,7 +599,7 @@ def _consume_rows(o_desc, lse_ptr, smem, bars, b, h, count, n_tiles, row0, Hq, S
 def attn_fwd_pingpong(q_desc, k_desc, v_desc, o_desc, lse_ptr, B, Hq, Hkv, Sq, Sk, sm_scale,
                       BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
                       STAGES: gl.constexpr, CAUSAL: gl.constexpr, OVERLAP: gl.constexpr,
-                      PERSISTENT: gl.constexpr, CONSUMERS: gl.constexpr, SPLIT_FREE: gl.constexpr,
+                      PERSISTENT: gl.constexpr, CONSUMERS: gl.constexpr,
                       CONSUMER_REGS: gl.constexpr, LOAD_REGS: gl.constexpr):
     """grid: (cdiv(Sq, CONSUMERS * BLOCK_M), B * Hq), or (num_sms,) when PERSISTENT;
     num_warps = 4 (consumer 0)."""
@@ -624,11 +622,11 @@ def attn_fwd_pingpong(q_desc, k_desc, v_desc, o_desc, lse_ptr, B, Hq, Hkv, Sq, S
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    if SPLIT_FREE:
+    if STAGES == SPLIT_KV_STAGES:
         k_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     else:
         k_free = v_free
-    bars = FwdBarriers(q_ready, q_free, k_ready, v_ready, k_free, v_free, SPLIT_FREE)
+    bars = FwdBarriers(q_ready, q_free, k_ready, v_ready, k_free, v_free)
     for i in gl.static_range(CONSUMERS):
         mbarrier.init(bars.q_ready.index(i), count=1)
         mbarrier.init(bars.q_free.index(i), count=1)
@@ -636,7 +634,7 @@ def attn_fwd_pingpong(q_desc, k_desc, v_desc, o_desc, lse_ptr, B, Hq, Hkv, Sq, S
         mbarrier.init(bars.k_ready.index(i), count=1)
         mbarrier.init(bars.v_ready.index(i), count=1)
         mbarrier.init(bars.v_free.index(i), count=CONSUMERS)  # every consumer releases each tile
-        if SPLIT_FREE:
+        if STAGES == SPLIT_KV_STAGES:
             mbarrier.init(bars.k_free.index(i), count=CONSUMERS)
 
     # Each consumer partition is _consume with its index as a constexpr. The argument tuples
