@@ -71,9 +71,14 @@ def preflight() -> None:
 def run_bench(planned: list[tuple[str, Shape]], ops, backends, reps: int, warmup: int,
               shape_files, dynamic: dict | None,
               progress: Callable[[int, str], Callable[[int], None]] = lambda n, label: (lambda k: None),
-              ) -> dict:
+              settle: bool = True) -> dict:
     """Measure `planned` rows (set, shape) for each op on each backend, then the dynamic report
-    (`dynamic`: keyword arguments of run_dynamic, or None to skip it)."""
+    (`dynamic`: keyword arguments of run_dynamic, or None to skip it).
+
+    With `settle`, the first row is measured once untimed before the rows: right after the
+    matmul ceiling the first backend timed on the first row measured up to 12 % slow (run44,
+    B32 H16 S512 d128 forward: 155 us against 137 us in a process that timed cuDNN first, with
+    the same kernel and the same flush; docs/performance.md), and that backend is attnpack."""
     import torch
 
     from attnpack.bench import dynamic as dyn
@@ -88,6 +93,11 @@ def run_bench(planned: list[tuple[str, Shape]], ops, backends, reps: int, warmup
                "matmul": {"n": 8192, "dtype": "bf16", "tflops": matmul_tflops(timer)},
                "rows": []}
     advance = progress(len(planned), "bench")
+    if settle:
+        for set_name, shape in planned:
+            if shape.wanted_ops(ops):
+                measure_shape(shape, shape.wanted_ops(ops), backends, timer)
+                break
     for set_name, shape in planned:
         wanted = shape.wanted_ops(ops)
         if not wanted:  # e.g. a decode row (fwd only) in a run of fwdbwd
