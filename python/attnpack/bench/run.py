@@ -75,10 +75,12 @@ def run_bench(planned: list[tuple[str, Shape]], ops, backends, reps: int, warmup
     """Measure `planned` rows (set, shape) for each op on each backend, then the dynamic report
     (`dynamic`: keyword arguments of run_dynamic, or None to skip it).
 
-    With `settle`, the first row is measured once untimed before the rows: right after the
-    matmul ceiling the first backend timed on the first row measured up to 12 % slow (run44,
-    B32 H16 S512 d128 forward: 155 us against 137 us in a process that timed cuDNN first, with
-    the same kernel and the same flush; docs/performance.md), and that backend is attnpack."""
+    With `settle`, the first row is measured once untimed before the rows, so no backend's
+    first timing follows the matmul ceiling directly. In run44 the first row (B32 H16 S512 d128
+    forward, attnpack timed first) read 155 us against cuDNN's 130; run45, cuDNN timed first,
+    read 137 against 133 for the same kernel and flush; run46 read 0.84x in a first pass and
+    0.97x in three more, on a machine whose matmul rate drifted 722-793 TFLOP/s between passes
+    (docs/performance.md). A mitigation, not a proven cause."""
     import torch
 
     from attnpack.bench import dynamic as dyn
