@@ -22,7 +22,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 import attnpack.torch as attnpack_torch
 from attnpack.bench.served import served_summary
 from attnpack.bench.shapes import Shape
-from attnpack.bench.timing import Timer
+from attnpack.bench.timing import Timer, summarize
 
 BACKENDS = ("attnpack", "default", "flash", "efficient")
 NATIVE = ("default", "flash", "efficient")
@@ -95,9 +95,26 @@ def default_choice(shape: Shape, q, k, v) -> str:
         return "unknown"
 
 
-def time_op(name: str, op: str, shape: Shape, tensors, timer: Timer) -> dict:
-    """{"ms", "min_ms", "max_ms", "reps"} of `op` under the backend context `name` the caller
-    entered, or {"error": PyTorch's reason} when that backend refuses the shape."""
+def round_order(backends, rounds: int) -> list[tuple[int, str]]:
+    """(round, backend) in the order they are timed: the backends in their order, then in
+    reverse, and so on, so that no backend is always timed first or last on a shape, where a
+    drift of the GPU's clocks within the shape would favour one side (ABBA)."""
+    order = []
+    for r in range(rounds):
+        order += [(r, name) for name in (backends if r % 2 == 0 else tuple(reversed(backends)))]
+    return order
+
+
+def round_reps(reps: int, rounds: int) -> list[int]:
+    """The timed calls of each round: `reps` in all, split as evenly as they go."""
+    if rounds < 1 or reps < rounds:
+        raise ValueError(f"reps {reps} must be >= rounds {rounds} >= 1")
+    return [reps // rounds + (r < reps % rounds) for r in range(rounds)]
+
+
+def first_call(op: str, shape: Shape, tensors) -> tuple[Callable[[], object] | None, dict]:
+    """(the call, {}) once it ran under the backend context the caller entered, or (None,
+    {"error": PyTorch's reason}) when that backend refuses the shape."""
     q, k, v, do = tensors
     try:
         with warnings.catch_warnings(record=True) as caught:
@@ -106,34 +123,71 @@ def time_op(name: str, op: str, shape: Shape, tensors, timer: Timer) -> dict:
             fn()  # a refused shape raises here, before any timing
             torch.cuda.synchronize()
     except RuntimeError as e:
-        return {"error": refusal(e, caught)}
-    try:
-        result = timer.time(fn).as_dict()
-    except RuntimeError as e:  # out of memory, a launch failure: the row says so, the run goes on
-        first_line = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        return {"error": f"failed while timing: {first_line[:300]}"}
+        return None, {"error": refusal(e, caught)}
+    return fn, {}
+
+
+def time_op(name: str, op: str, shape: Shape, tensors, timer: Timer) -> dict:
+    """{"ms", "min_ms", "max_ms", "reps"} of `op` under the backend context `name` the caller
+    entered, or {"error": PyTorch's reason} when that backend refuses the shape."""
+    fn, error = first_call(op, shape, tensors)
+    if fn is None:
+        return error
+    samples = sample_op(fn, timer, timer.reps)
+    if isinstance(samples, dict):
+        return samples
+    result = summarize(samples).as_dict()
     if name == "default":
-        result["backend"] = default_choice(shape, q, k, v)
+        result["backend"] = default_choice(shape, *tensors[:3])
     return result
 
 
-def measure_shape(shape: Shape, ops, backends, timer: Timer) -> dict[str, dict]:
+def sample_op(fn, timer: Timer, reps: int) -> list[float] | dict:
+    """The GPU times of `reps` calls, or {"error"} if timing failed."""
+    try:
+        return timer.samples(fn, reps)
+    except RuntimeError as e:  # out of memory, a launch failure: the row says so, the run goes on
+        first_line = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        return {"error": f"failed while timing: {first_line[:300]}"}
+
+
+def measure_shape(shape: Shape, ops, backends, timer: Timer, rounds: int = 2) -> dict[str, dict]:
     """{op: {"backends": {name: timing or error}, "served": served_summary}} for one shape.
-    Each backend runs all ops of the shape in one go (attnpack is enabled once per shape);
-    attnpack's stats are reset before each op, so each op names its own kernels."""
+    The backends take turns in `rounds` rounds, in alternating order (round_order), each
+    timing round_reps of the timer's reps calls of every op; a backend's timing is the
+    median over all its rounds. attnpack's stats are reset before each op of its first round,
+    so each op names its own kernels. A backend that refuses an op is not asked again."""
     tensors = make_inputs(shape)
     entry = attnpack_torch.sdpa_entry(shape.dtype, shape.heads_q, shape.heads_kv, shape.seqlen_q,
                                       shape.seqlen_k, shape.head_dim, shape.causal)
     out = {op: {"backends": {}, "served": None} for op in ops}
-    for name in backends:
+    samples = {op: {name: [] for name in backends} for op in ops}
+    rounds = min(rounds, timer.reps)
+    reps = round_reps(timer.reps, rounds)
+    for r, name in round_order(backends, rounds):
         with backend(name):
             for op in ops:
-                if name == "attnpack":
+                if "error" in out[op]["backends"].get(name, {}):
+                    continue
+                if name == "attnpack" and r == 0:
                     attnpack_torch.reset_stats()
-                out[op]["backends"][name] = time_op(name, op, shape, tensors, timer)
-                if name == "attnpack":
+                fn, error = first_call(op, shape, tensors)
+                got = error if fn is None else sample_op(fn, timer, reps[r])
+                if isinstance(got, dict):
+                    out[op]["backends"][name] = got
+                    continue
+                samples[op][name] += got
+                if name == "attnpack" and r == 0:
                     torch.cuda.synchronize()
                     out[op]["served"] = served_summary(attnpack_torch.stats(), op, entry)
+    for op in ops:
+        for name in backends:
+            if "error" in out[op]["backends"].get(name, {}):
+                continue
+            result = summarize(samples[op][name]).as_dict()
+            if name == "default":
+                result["backend"] = default_choice(shape, *tensors[:3])
+            out[op]["backends"][name] = result
     del tensors
     torch.cuda.empty_cache()
     return out

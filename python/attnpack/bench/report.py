@@ -369,7 +369,12 @@ def render_markdown(results: dict, plots: dict[str, str] | None = None,
            "\"refused\".",
            f"- Steady state: {settings.get('warmup', '?')} warm-up calls, then the median of "
            f"{settings.get('reps', '?')} calls, each timed with CUDA events after writing "
-           f"{(settings.get('flush_bytes') or 0) >> 20} MiB to flush the L2 cache.",
+           f"{(settings.get('flush_bytes') or 0) >> 20} MiB to flush the L2 cache."
+           + (f" The backends take turns in {settings['rounds']} rounds, in alternating order "
+              "(attnpack first, then last), each with its warm-up calls and its share of the "
+              "timed ones." if (settings.get("rounds") or 1) > 1 else "")
+           + (" The first row is run once, untimed, before the rows." if settings.get("settle")
+              else ""),
            "- TFLOP/s: forward 4·B·Hq·D per visible (query, key) pair, so 4·B·Hq·Sq·Sk·D without "
            "a mask and about half with a causal (top-left) one; backward 2.5x the forward; "
            "fwdbwd one of each.",

@@ -15,6 +15,9 @@ from attnpack import __version__
 from attnpack.bench.shapes import Shape
 
 RESULTS_SCHEMA = 1
+# Each row's backends take turns in this many rounds, in alternating order (measure.round_order):
+# run46 saw one machine's cuDNN time on a row move 132 -> 157 us between passes of one process.
+ROUNDS = 2
 
 
 class BenchError(RuntimeError):
@@ -90,7 +93,8 @@ def run_bench(planned: list[tuple[str, Shape]], ops, backends, reps: int, warmup
     timer = Timer(reps=reps, warmup=warmup)
     results = {"schema": RESULTS_SCHEMA, "environment": environment(),
                "settings": {"ops": list(ops), "backends": list(backends), "reps": reps,
-                            "warmup": warmup, "flush_bytes": timer.flush_bytes,
+                            "warmup": warmup, "rounds": ROUNDS, "settle": settle,
+                            "flush_bytes": timer.flush_bytes,
                             "shape_files": [str(p) for p in shape_files]},
                "matmul": {"n": 8192, "dtype": "bf16", "tflops": matmul_tflops(timer)},
                "rows": []}
@@ -98,14 +102,14 @@ def run_bench(planned: list[tuple[str, Shape]], ops, backends, reps: int, warmup
     if settle:
         for set_name, shape in planned:
             if shape.wanted_ops(ops):
-                measure_shape(shape, shape.wanted_ops(ops), backends, timer)
+                measure_shape(shape, shape.wanted_ops(ops), backends, timer, ROUNDS)
                 break
     for set_name, shape in planned:
         wanted = shape.wanted_ops(ops)
         if not wanted:  # e.g. a decode row (fwd only) in a run of fwdbwd
             advance(1)
             continue
-        measured = measure_shape(shape, wanted, backends, timer)
+        measured = measure_shape(shape, wanted, backends, timer, ROUNDS)
         for op in wanted:
             results["rows"].append({"set": set_name, "name": shape.label, "shape": shape.as_dict(),
                                     "op": op, **measured[op]})

@@ -31,6 +31,10 @@ class Timing:
                 "reps": self.reps}
 
 
+def summarize(samples: list[float]) -> Timing:
+    return Timing(statistics.median(samples), min(samples), max(samples), len(samples))
+
+
 class Timer:
     """Median GPU time of a callable at steady state, after an L2 flush before every rep."""
 
@@ -44,18 +48,21 @@ class Timer:
         self.flush = torch.empty(self.flush_bytes, dtype=torch.uint8, device=device)
 
     def time(self, fn: Callable[[], object]) -> Timing:
+        return summarize(self.samples(fn, self.reps))
+
+    def samples(self, fn: Callable[[], object], reps: int) -> list[float]:
+        """`warmup` calls, then `reps` timed ones: each call's GPU time in ms."""
         for _ in range(self.warmup):
             fn()
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                  for _ in range(self.reps)]
+                  for _ in range(reps)]
         for start, end in events:
             self.flush.zero_()
             start.record()
             fn()
             end.record()
         torch.cuda.synchronize()
-        samples = [start.elapsed_time(end) for start, end in events]
-        return Timing(statistics.median(samples), min(samples), max(samples), len(samples))
+        return [start.elapsed_time(end) for start, end in events]
 
     def median_ms(self, fn: Callable[[], object]) -> float:
         return self.time(fn).median_ms

@@ -1,0 +1,108 @@
+"""`attnpack bench`'s rounds without a GPU: the backends of a row take turns in alternating
+order (ABBA), each round timing its share of the calls, and a backend's timing is the median
+over all its rounds. measure_shape runs with its GPU-facing pieces replaced by recorders."""
+from __future__ import annotations
+
+import contextlib
+import statistics
+
+import pytest
+
+from attnpack.bench import measure
+from attnpack.bench.shapes import Shape
+
+SHAPE = Shape(batch=2, heads_q=8, heads_kv=8, seqlen_q=128, seqlen_k=128, head_dim=64,
+              causal=True, dtype="bf16")
+BACKENDS = ("attnpack", "default", "flash", "efficient")
+
+
+def test_round_order_alternates_and_round_reps_split_evenly():
+    assert measure.round_order(BACKENDS, 2) == [
+        (0, "attnpack"), (0, "default"), (0, "flash"), (0, "efficient"),
+        (1, "efficient"), (1, "flash"), (1, "default"), (1, "attnpack")]
+    assert measure.round_order(("a", "b"), 3) == [(0, "a"), (0, "b"), (1, "b"), (1, "a"),
+                                                  (2, "a"), (2, "b")]
+    assert measure.round_order(("a", "b"), 1) == [(0, "a"), (0, "b")]
+    assert measure.round_reps(30, 2) == [15, 15]
+    assert measure.round_reps(5, 2) == [3, 2]
+    assert measure.round_reps(7, 3) == [3, 2, 2]
+    with pytest.raises(ValueError, match="reps 1 must be >= rounds 2"):
+        measure.round_reps(1, 2)
+
+
+class FakeTimer:
+    """Each timed call of round r of backend b lasts `base[b] + r` ms: the median over both
+    rounds of 15 calls each is base + 0.5, which neither round alone gives."""
+    reps, warmup = 30, 5
+
+    def __init__(self, log):
+        self.log = log
+
+    def samples(self, fn, reps):
+        name, op, r = fn()
+        self.log.append(("time", name, op, r, reps))
+        return [{"attnpack": 1.0, "default": 2.0, "flash": 3.0}[name] + r] * reps
+
+
+@pytest.fixture()
+def recorded(monkeypatch):
+    log, state = [], {"backend": None, "rounds": {}}
+
+    @contextlib.contextmanager
+    def backend(name):
+        state["backend"] = name
+        state["rounds"][name] = state["rounds"].get(name, -1) + 1
+        log.append(("enter", name))
+        yield
+
+    def first_call(op, shape, tensors):
+        name = state["backend"]
+        if name == "efficient":
+            return None, {"error": "efficient refuses"}
+        r = state["rounds"][name]
+        return (lambda: (name, op, r)), {}
+
+    monkeypatch.setattr(measure, "make_inputs", lambda shape: ("q", "k", "v", "do"))
+    monkeypatch.setattr(measure, "backend", backend)
+    monkeypatch.setattr(measure, "first_call", first_call)
+    monkeypatch.setattr(measure, "default_choice", lambda shape, q, k, v: "cudnn")
+    monkeypatch.setattr(measure, "served_summary", lambda stats, op, entry: f"served {op}")
+    monkeypatch.setattr(measure.attnpack_torch, "sdpa_entry", lambda *a: "entry")
+    monkeypatch.setattr(measure.attnpack_torch, "reset_stats",
+                        lambda: log.append(("reset", state["backend"])))
+    monkeypatch.setattr(measure.attnpack_torch, "stats", lambda: {})
+    monkeypatch.setattr(measure.torch.cuda, "synchronize", lambda: None)
+    monkeypatch.setattr(measure.torch.cuda, "empty_cache", lambda: None)
+    return log
+
+
+def test_measure_shape_takes_turns_and_pools_rounds(recorded):
+    out = measure.measure_shape(SHAPE, ("fwd", "fwdbwd"), BACKENDS, FakeTimer(recorded), 2)
+    entered = [e[1] for e in recorded if e[0] == "enter"]
+    assert entered == ["attnpack", "default", "flash", "efficient",
+                       "efficient", "flash", "default", "attnpack"]
+    timed = [e[1:] for e in recorded if e[0] == "time"]
+    assert timed == [("attnpack", "fwd", 0, 15), ("attnpack", "fwdbwd", 0, 15),
+                     ("default", "fwd", 0, 15), ("default", "fwdbwd", 0, 15),
+                     ("flash", "fwd", 0, 15), ("flash", "fwdbwd", 0, 15),
+                     ("flash", "fwd", 1, 15), ("flash", "fwdbwd", 1, 15),
+                     ("default", "fwd", 1, 15), ("default", "fwdbwd", 1, 15),
+                     ("attnpack", "fwd", 1, 15), ("attnpack", "fwdbwd", 1, 15)]
+    # stats are reset before each op of attnpack's first round only
+    assert [e for e in recorded if e[0] == "reset"] == [("reset", "attnpack")] * 2
+    for op in ("fwd", "fwdbwd"):
+        got = out[op]["backends"]
+        assert got["attnpack"] == {"ms": 1.5, "min_ms": 1.0, "max_ms": 2.0, "reps": 30}
+        assert got["default"] == {"ms": 2.5, "min_ms": 2.0, "max_ms": 3.0, "reps": 30,
+                                  "backend": "cudnn"}
+        assert got["flash"]["ms"] == statistics.median([3.0] * 15 + [4.0] * 15)
+        assert got["efficient"] == {"error": "efficient refuses"}
+        assert out[op]["served"] == f"served {op}"
+
+
+def test_one_round_when_reps_are_fewer_than_rounds(recorded):
+    timer = FakeTimer(recorded)
+    timer.reps = 1
+    out = measure.measure_shape(SHAPE, ("fwd",), ("attnpack", "default"), timer, 2)
+    assert [e[1] for e in recorded if e[0] == "enter"] == ["attnpack", "default"]
+    assert out["fwd"]["backends"]["attnpack"]["reps"] == 1
