@@ -106,3 +106,18 @@ def test_one_round_when_reps_are_fewer_than_rounds(recorded):
     out = measure.measure_shape(SHAPE, ("fwd",), ("attnpack", "default"), timer, 2)
     assert [e[1] for e in recorded if e[0] == "enter"] == ["attnpack", "default"]
     assert out["fwd"]["backends"]["attnpack"]["reps"] == 1
+
+
+def test_report_says_how_the_rounds_ran():
+    import json
+    from pathlib import Path
+
+    from attnpack.bench import report
+    results = json.loads((Path(__file__).parent / "fixtures" / "bench" / "results.json")
+                         .read_text())
+    plain = report.render_markdown(results)
+    assert "rounds" not in plain and "untimed" not in plain  # a run from before them
+    results["settings"].update(rounds=2, settle=True)
+    md = report.render_markdown(results)
+    assert "The backends take turns in 2 rounds, in alternating order" in md
+    assert "The first row is run once, untimed, before the rows." in md
