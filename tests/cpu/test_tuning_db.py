@@ -2,6 +2,7 @@
 import json
 import random
 import shutil
+import statistics
 from pathlib import Path
 
 import pytest
@@ -253,3 +254,31 @@ def test_entries_before_the_streams_class_get_their_timing_shape_s(tmp_path):
                                           + json.dumps(line) + "\n")
     (key,) = load_db(tmp_path / "sm_90.jsonl").entries
     assert key.streams == 64
+
+
+def test_runoff_times_the_close_contenders_again_in_alternating_order():
+    """`attnpack tune`'s run-off: candidates within the margin of the fastest (at most `most`)
+    are timed `rounds` more times, slowest first then fastest first, and each keeps the median
+    of all its runs, so a contender that was unlucky in the first pass can still win."""
+    from attnpack.tune.runner import runoff
+    samples = {"a": [100.0] * 3, "b": [104.0] * 3, "c": [107.0] * 3, "d": [109.0] * 3,
+               "slow": [120.0] * 3}
+    later = {"a": [110.0] * 4, "b": [101.0] * 4, "c": [106.0] * 4}
+    calls = []
+
+    def sample(name):
+        calls.append(name)
+        return later[name]
+
+    assert runoff(samples, sample, rounds=2, margin=0.08, most=3) == ["a", "b", "c"]
+    assert calls == ["c", "b", "a", "a", "b", "c"]   # d (9 % off) and slow not again
+    assert samples["a"] == [100.0] * 3 + [110.0] * 8 and samples["d"] == [109.0] * 3
+    medians = {n: statistics.median(t) for n, t in samples.items()}
+    assert min(medians, key=medians.get) == "b"      # 101 over 11 runs against a's 110
+
+
+def test_runoff_leaves_a_clear_winner_alone():
+    from attnpack.tune.runner import runoff
+    samples = {"a": [100.0], "b": [109.0]}
+    assert runoff(samples, lambda n: pytest.fail("timed again"), margin=0.08) == []
+    assert samples == {"a": [100.0], "b": [109.0]}

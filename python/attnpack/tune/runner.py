@@ -9,7 +9,10 @@ For each key (op, dtype, head dim, causal, GQA class, Sq bucket, Sk bucket, stre
    and recorded as such, never selected;
 3. the survivors are timed at steady state at a size big enough that launch overhead cannot
    decide (warm-up, L2 flush before every run, CUDA events, median of REPS);
-4. PyTorch's native backends (cuDNN, flash, efficient) are timed on the same shape.
+4. the close contenders (within RUNOFF_MARGIN of the fastest, at most RUNOFF_MOST) are timed
+   again in RUNOFF_ROUNDS rounds, in alternating order, and each keeps the median of all its
+   runs (`runoff`);
+5. PyTorch's native backends (cuDNN, flash, efficient) are timed on the same shape.
 The entry records whether the winner is deterministic and, if not, the fastest deterministic
 candidate (`attnpack.tune.db.record_determinism`).
 The result is written after every key, so an interrupted run keeps what it measured and a
@@ -39,6 +42,13 @@ TIMED_BYTES = 8 << 30
 TIMING_HEADS_KV = 8
 # decode keys: sequences timed per streams class; x 8 KV heads, 32 and 128 (batch, KV head) pairs
 DECODE_SEQUENCES = {64: 4, 128: 16}
+# The run-off. The same kernel timed at the same key in two tuning runs (run42 and run43 of
+# 2026-12-02, on two machines) differed by 0.88-1.14x (5-95 %, after the machines' 0.97x), and
+# 29 of 71 winners whose code did not change changed: one median of REPS decides little
+# between candidates that close.
+RUNOFF_MARGIN = 0.08
+RUNOFF_MOST = 4
+RUNOFF_ROUNDS = 2
 
 
 # The diagonal from 128 up, plus short-query and prefix-like shapes; decode (Sq bucket 16) keys
@@ -138,6 +148,10 @@ class Bench:
         self.flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device="cuda")
 
     def median_us(self, fn: Callable[[], None]) -> float:
+        return statistics.median(self.samples_us(fn))
+
+    def samples_us(self, fn: Callable[[], None]) -> list[float]:
+        """WARMUP calls, then REPS timed ones: each one's GPU time in microseconds."""
         torch = self.torch
         for _ in range(WARMUP):
             fn()
@@ -150,7 +164,27 @@ class Bench:
             end.record()
             end.synchronize()
             times.append(start.elapsed_time(end) * 1000.0)
-        return statistics.median(times)
+        return times
+
+
+def runoff(samples: dict[str, list[float]], sample: Callable[[str], list[float]],
+           rounds: int = RUNOFF_ROUNDS, margin: float = RUNOFF_MARGIN,
+           most: int = RUNOFF_MOST) -> list[str]:
+    """Time the close contenders again: the candidates whose median of `samples` is within
+    `margin` of the fastest, the `most` fastest of them, for `rounds` more rounds, slowest
+    first in the first round and fastest first in the next, so no contender is always timed
+    right after another. `sample(name)` times one once more; its times join `samples[name]`.
+    Returns the contenders, fastest first by the first medians ([] when one stands alone)."""
+    medians = {n: statistics.median(t) for n, t in samples.items()}
+    best = min(medians.values())
+    contenders = sorted((n for n, m in medians.items() if m <= best * (1 + margin)),
+                        key=lambda n: (medians[n], n))[:most]
+    if len(contenders) < 2:
+        return []
+    for r in range(rounds):
+        for n in (contenders[::-1] if r % 2 == 0 else contenders):
+            samples[n] = samples[n] + sample(n)
+    return contenders
 
 
 def _inputs(torch, dtype, B, Hq, Hkv, Sq, Sk, D, grad: bool):
@@ -341,17 +375,27 @@ def tune_key(torch, runtime, bundle, bench: Bench, index: dict, key: TuneKey, lo
     # 3: steady-state timing at a size where launch overhead cannot decide
     B, Hq, Hkv, Sq, Sk, D = timing_shape(key)
     q, k, v, do = _inputs(torch, dtype, B, Hq, Hkv, Sq, Sk, D, grad)
-    times = {}
+    samples = {}
     for n in survivors:
         try:
-            times[n] = bench.median_us(Candidate(runtime, bundle, n, key, scale).timed(
+            samples[n] = bench.samples_us(Candidate(runtime, bundle, n, key, scale).timed(
                 torch, q, k, v, do))
         except runtime.AttnpackError as e:  # refuses the timing shape: recorded, not selected
             rejected.append({"kernel": n, "error": f"at the timing shape: {e}", "bound": bound})
             log(f"  {n}: {e}")
-    if not times:
+    if not samples:
         log(f"skip {key.text}: no candidate runs the timing shape")
         return None
+    # 4: the close ones again, each timed with buffers of its own that go when it is done
+    def again(n: str) -> list[float]:
+        try:
+            return bench.samples_us(Candidate(runtime, bundle, n, key, scale).timed(
+                torch, q, k, v, do))
+        except runtime.AttnpackError as e:  # it ran a moment ago: keep what it measured then
+            log(f"  {n} (run-off): {e}")
+            return []
+    contenders = runoff(samples, again)
+    times = {n: statistics.median(t) for n, t in samples.items()}
     best = min(times, key=times.get)
     # 5: PyTorch's own backends on the same shape
     natives = native_times(torch, bench, key, q, k, v, do)
@@ -364,6 +408,8 @@ def tune_key(torch, runtime, bundle, bench: Bench, index: dict, key: TuneKey, lo
              "shape": {"B": B, "Hq": Hq, "Hkv": Hkv, "Sq": Sq, "Sk": Sk, "D": D},
              "candidates": {n: round(t, 2) for n, t in sorted(times.items())},
              "rejected": rejected}
+    if contenders:
+        entry["runoff"] = {"rounds": RUNOFF_ROUNDS, "kernels": contenders}
     deterministic = {k["name"]: k["deterministic"] for k in index["kernels"]}
     entry = record_determinism(entry, deterministic.__getitem__)
     if natives:
@@ -373,7 +419,8 @@ def tune_key(torch, runtime, bundle, bench: Bench, index: dict, key: TuneKey, lo
     log(f"{key.text}: {best} {times[best]:.1f} us "
         f"({entry['tflops']} TFLOP/s)" + (f", native {entry['native']['backend']} "
                                           f"{entry['native']['time_us']:.1f} us" if natives else "")
-        + (f", rejected {len(rejected)}" if rejected else ""))
+        + (f", rejected {len(rejected)}" if rejected else "")
+        + (f", run-off of {len(contenders)}" if contenders else ""))
     return entry
 
 
