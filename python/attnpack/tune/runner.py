@@ -43,9 +43,8 @@ TIMING_HEADS_KV = 8
 # decode keys: sequences timed per streams class; x 8 KV heads, 32 and 128 (batch, KV head) pairs
 DECODE_SEQUENCES = {64: 4, 128: 16}
 # The run-off. The same kernel timed at the same key in two tuning runs (run42 and run43 of
-# 2026-12-02, on two machines) differed by 0.88-1.14x (5-95 %, after the machines' 0.97x), and
-# 29 of 71 winners whose code did not change changed: one median of REPS decides little
-# between candidates that close.
+# 2026-12-02, on two machines) differed by 0.88-1.14x (5-95 % of 1540 pairs, after the
+# machines' 0.97x): one median of REPS decides little between candidates that close.
 RUNOFF_MARGIN = 0.08
 RUNOFF_MOST = 4
 RUNOFF_ROUNDS = 2
