@@ -1,6 +1,7 @@
 """Measuring one shape through plain F.scaled_dot_product_attention, side by side, in one process.
 
-Backends, each timed on the same tensors right after the other:
+Backends, timed on the same tensors, taking turns in rounds of alternating order
+(measure_shape):
 - "attnpack": attnpack.torch.enable(), F.sdpa as a user calls it; the kernels that served the
   calls (or the fallback reasons) come from attnpack.torch.stats(), reset before each op;
 - "default": attnpack disabled, no backend forced: what PyTorch picks (cuDNN on the H200);
