@@ -131,25 +131,29 @@ def first_call(op: str, shape: Shape, tensors) -> tuple[Callable[[], object] | N
 def time_op(name: str, op: str, shape: Shape, tensors, timer: Timer) -> dict:
     """{"ms", "min_ms", "max_ms", "reps"} of `op` under the backend context `name` the caller
     entered, or {"error": PyTorch's reason} when that backend refuses the shape."""
+    got = sample_op(op, shape, tensors, timer, timer.reps)
+    return got if isinstance(got, dict) else timing(name, got, shape, tensors)
+
+
+def sample_op(op: str, shape: Shape, tensors, timer: Timer, reps: int) -> list[float] | dict:
+    """The GPU times of `reps` calls of `op` under the backend context the caller entered, or
+    {"error": why} when the backend refuses the shape or the timing fails."""
     fn, error = first_call(op, shape, tensors)
     if fn is None:
         return error
-    samples = sample_op(fn, timer, timer.reps)
-    if isinstance(samples, dict):
-        return samples
-    result = summarize(samples).as_dict()
-    if name == "default":
-        result["backend"] = default_choice(shape, *tensors[:3])
-    return result
-
-
-def sample_op(fn, timer: Timer, reps: int) -> list[float] | dict:
-    """The GPU times of `reps` calls, or {"error"} if timing failed."""
     try:
         return timer.samples(fn, reps)
     except RuntimeError as e:  # out of memory, a launch failure: the row says so, the run goes on
         first_line = (str(e).strip().splitlines() or [type(e).__name__])[0]
         return {"error": f"failed while timing: {first_line[:300]}"}
+
+
+def timing(name: str, samples: list[float], shape: Shape, tensors) -> dict:
+    """A backend's timing from its samples; the default's names the backend PyTorch picked."""
+    result = summarize(samples).as_dict()
+    if name == "default":
+        result["backend"] = default_choice(shape, *tensors[:3])
+    return result
 
 
 def measure_shape(shape: Shape, ops, backends, timer: Timer, rounds: int = 2) -> dict[str, dict]:
@@ -172,8 +176,7 @@ def measure_shape(shape: Shape, ops, backends, timer: Timer, rounds: int = 2) ->
                     continue
                 if name == "attnpack" and r == 0:
                     attnpack_torch.reset_stats()
-                fn, error = first_call(op, shape, tensors)
-                got = error if fn is None else sample_op(fn, timer, reps[r])
+                got = sample_op(op, shape, tensors, timer, reps[r])
                 if isinstance(got, dict):
                     out[op]["backends"][name] = got
                     continue
@@ -183,12 +186,8 @@ def measure_shape(shape: Shape, ops, backends, timer: Timer, rounds: int = 2) ->
                     out[op]["served"] = served_summary(attnpack_torch.stats(), op, entry)
     for op in ops:
         for name in backends:
-            if "error" in out[op]["backends"].get(name, {}):
-                continue
-            result = summarize(samples[op][name]).as_dict()
-            if name == "default":
-                result["backend"] = default_choice(shape, *tensors[:3])
-            out[op]["backends"][name] = result
+            if "error" not in out[op]["backends"].get(name, {}):
+                out[op]["backends"][name] = timing(name, samples[op][name], shape, tensors)
     del tensors
     torch.cuda.empty_cache()
     return out

@@ -99,11 +99,9 @@ def run_bench(planned: list[tuple[str, Shape]], ops, backends, reps: int, warmup
                "matmul": {"n": 8192, "dtype": "bf16", "tflops": matmul_tflops(timer)},
                "rows": []}
     advance = progress(len(planned), "bench")
-    if settle:
-        for set_name, shape in planned:
-            if shape.wanted_ops(ops):
-                measure_shape(shape, shape.wanted_ops(ops), backends, timer, ROUNDS)
-                break
+    first = next((shape for _, shape in planned if shape.wanted_ops(ops)), None)
+    if settle and first is not None:
+        measure_shape(first, first.wanted_ops(ops), backends, timer, ROUNDS)
     for set_name, shape in planned:
         wanted = shape.wanted_ops(ops)
         if not wanted:  # e.g. a decode row (fwd only) in a run of fwdbwd

@@ -374,22 +374,25 @@ def tune_key(torch, runtime, bundle, bench: Bench, index: dict, key: TuneKey, lo
     # 3: steady-state timing at a size where launch overhead cannot decide
     B, Hq, Hkv, Sq, Sk, D = timing_shape(key)
     q, k, v, do = _inputs(torch, dtype, B, Hq, Hkv, Sq, Sk, D, grad)
+    def timed(n: str) -> list[float]:  # with buffers of its own that go when it is done
+        return bench.samples_us(Candidate(runtime, bundle, n, key, scale).timed(
+            torch, q, k, v, do))
+
     samples = {}
     for n in survivors:
         try:
-            samples[n] = bench.samples_us(Candidate(runtime, bundle, n, key, scale).timed(
-                torch, q, k, v, do))
+            samples[n] = timed(n)
         except runtime.AttnpackError as e:  # refuses the timing shape: recorded, not selected
             rejected.append({"kernel": n, "error": f"at the timing shape: {e}", "bound": bound})
             log(f"  {n}: {e}")
     if not samples:
         log(f"skip {key.text}: no candidate runs the timing shape")
         return None
-    # 4: the close ones again, each timed with buffers of its own that go when it is done
+
+    # 4: the close ones again
     def again(n: str) -> list[float]:
         try:
-            return bench.samples_us(Candidate(runtime, bundle, n, key, scale).timed(
-                torch, q, k, v, do))
+            return timed(n)
         except runtime.AttnpackError as e:  # it ran a moment ago: keep what it measured then
             log(f"  {n} (run-off): {e}")
             return []
