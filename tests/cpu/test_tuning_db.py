@@ -282,3 +282,15 @@ def test_runoff_leaves_a_clear_winner_alone():
     samples = {"a": [100.0], "b": [109.0]}
     assert runoff(samples, lambda n: pytest.fail("timed again"), margin=0.08) == []
     assert samples == {"a": [100.0], "b": [109.0]}
+
+
+def test_native_reference_pools_its_runs_before_and_after_the_candidates():
+    """`attnpack tune` times PyTorch's backends before the candidates and again after them; a
+    backend's reference is the median over both runs, and a backend that refused the shape
+    (absent from both) stays absent."""
+    from attnpack.tune.runner import pooled_medians
+    before = {"cudnn": [100.0, 101.0, 102.0], "flash": [200.0, 201.0, 202.0]}
+    after = {"cudnn": [110.0, 111.0, 112.0], "flash": [190.0, 191.0, 192.0]}
+    assert pooled_medians(before, after) == {"cudnn": 106.0, "flash": 196.0}
+    assert pooled_medians(before) == {"cudnn": 101.0, "flash": 201.0}
+    assert pooled_medians({}, {}) == {}
