@@ -121,3 +121,36 @@ def test_report_says_how_the_rounds_ran():
     md = report.render_markdown(results)
     assert "The backends take turns in 2 rounds, in alternating order" in md
     assert "The first row is run once, untimed, before the rows." in md
+
+
+def test_rounds_option_reaches_the_bench_and_is_checked(monkeypatch, tmp_path):
+    """`attnpack bench --rounds N` times each row in N rounds (the default is run.ROUNDS); a
+    count outside 1..--reps is refused before anything runs, naming the option."""
+    from click.testing import CliRunner
+
+    from attnpack.bench import command, run
+    from attnpack.cli import main
+    seen = []
+    monkeypatch.setattr(run, "run_bench",
+                        lambda *a, **kw: seen.append(kw["rounds"]) or {"rows": []})
+    for rounds in (None, 4):
+        command.measure(None, "fwd", "bf16", "attnpack,default", 1, None, 30, 5, False, 10, 2,
+                        False, 0, progress=None, rounds=rounds)
+    assert seen == [run.ROUNDS, 4]
+    for bad in ("0", "31"):
+        done = CliRunner().invoke(main, ["bench", "--rounds", bad, "--reps", "30",
+                                         "--out", str(tmp_path)])
+        assert done.exit_code != 0 and f"--rounds {bad}: give 1 to --reps (30)" in done.output
+    assert seen == [run.ROUNDS, 4]
+
+
+def test_report_names_more_rounds():
+    import json
+    from pathlib import Path
+
+    from attnpack.bench import report
+    results = json.loads((Path(__file__).parent / "fixtures" / "bench" / "results.json")
+                         .read_text())
+    results["settings"].update(rounds=4, settle=True)
+    assert ("The backends take turns in 4 rounds, in alternating order (attnpack first, then "
+            "last, and so on)") in report.render_markdown(results)

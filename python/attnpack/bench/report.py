@@ -371,8 +371,9 @@ def render_markdown(results: dict, plots: dict[str, str] | None = None,
            f"{settings.get('reps', '?')} calls, each timed with CUDA events after writing "
            f"{(settings.get('flush_bytes') or 0) >> 20} MiB to flush the L2 cache."
            + (f" The backends take turns in {settings['rounds']} rounds, in alternating order "
-              "(attnpack first, then last), each with its warm-up calls and its share of the "
-              "timed ones." if (settings.get("rounds") or 1) > 1 else "")
+              f"(attnpack first, then last{', and so on' if settings['rounds'] > 2 else ''}), "
+              "each with its warm-up calls and its share of the timed ones."
+              if (settings.get("rounds") or 1) > 1 else "")
            + (" The first row is run once, untimed, before the rows." if settings.get("settle")
               else ""),
            "- TFLOP/s: forward 4·B·Hq·D per visible (query, key) pair, so 4·B·Hq·Sq·Sk·D without "

@@ -15,8 +15,9 @@ from attnpack import __version__
 from attnpack.bench.shapes import Shape
 
 RESULTS_SCHEMA = 1
-# Each row's backends take turns in this many rounds, in alternating order (measure.round_order):
-# run46 saw one machine's cuDNN time on a row move 132 -> 157 us between passes of one process.
+# Each row's backends take turns in this many rounds by default, in alternating order
+# (measure.round_order): run46 saw one machine's cuDNN time on a row move 132 -> 157 us between
+# passes of one process, and run50 the side timed later in a long row up to 10 % slower.
 ROUNDS = 2
 
 
@@ -74,7 +75,7 @@ def preflight() -> None:
 def run_bench(planned: list[tuple[str, Shape]], ops, backends, reps: int, warmup: int,
               shape_files, dynamic: dict | None,
               progress: Callable[[int, str], Callable[[int], None]] = lambda n, label: (lambda k: None),
-              settle: bool = True) -> dict:
+              settle: bool = True, rounds: int = ROUNDS) -> dict:
     """Measure `planned` rows (set, shape) for each op on each backend, then the dynamic report
     (`dynamic`: keyword arguments of run_dynamic, or None to skip it).
 
@@ -93,7 +94,7 @@ def run_bench(planned: list[tuple[str, Shape]], ops, backends, reps: int, warmup
     timer = Timer(reps=reps, warmup=warmup)
     results = {"schema": RESULTS_SCHEMA, "environment": environment(),
                "settings": {"ops": list(ops), "backends": list(backends), "reps": reps,
-                            "warmup": warmup, "rounds": ROUNDS, "settle": settle,
+                            "warmup": warmup, "rounds": rounds, "settle": settle,
                             "flush_bytes": timer.flush_bytes,
                             "shape_files": [str(p) for p in shape_files]},
                "matmul": {"n": 8192, "dtype": "bf16", "tflops": matmul_tflops(timer)},
@@ -101,13 +102,13 @@ def run_bench(planned: list[tuple[str, Shape]], ops, backends, reps: int, warmup
     advance = progress(len(planned), "bench")
     first = next((shape for _, shape in planned if shape.wanted_ops(ops)), None)
     if settle and first is not None:
-        measure_shape(first, first.wanted_ops(ops), backends, timer, ROUNDS)
+        measure_shape(first, first.wanted_ops(ops), backends, timer, rounds)
     for set_name, shape in planned:
         wanted = shape.wanted_ops(ops)
         if not wanted:  # e.g. a decode row (fwd only) in a run of fwdbwd
             advance(1)
             continue
-        measured = measure_shape(shape, wanted, backends, timer, ROUNDS)
+        measured = measure_shape(shape, wanted, backends, timer, rounds)
         for op in wanted:
             results["rows"].append({"set": set_name, "name": shape.label, "shape": shape.as_dict(),
                                     "op": op, **measured[op]})
