@@ -140,7 +140,7 @@ def test_rounds_option_reaches_the_bench_and_is_checked(monkeypatch, tmp_path):
     for bad in ("0", "31"):
         done = CliRunner().invoke(main, ["bench", "--rounds", bad, "--reps", "30",
                                          "--out", str(tmp_path)])
-        assert done.exit_code != 0 and f"--rounds {bad}: give 1 to --reps (30)" in done.output
+        assert done.exit_code != 0 and f"--rounds {bad}: give 1 to 30 (--reps)" in done.output
     assert seen == [run.ROUNDS, 4]
 
 

@@ -55,7 +55,7 @@ def measure(shape_files, ops: str, dtypes: str | None, backends: str, max_rows: 
     if reps < 1 or warmup < 0 or (max_rows is not None and max_rows < 0):
         raise UsageError("--reps must be >= 1, --warmup and --max-rows >= 0")
     if not 1 <= rounds <= reps:
-        raise UsageError(f"--rounds {rounds}: give 1 to --reps ({reps}); each round times a share "
+        raise UsageError(f"--rounds {rounds}: give 1 to {reps} (--reps); each round times a share "
                          "of the calls")
     planned = plan_rows(shape_files, dtype_list, max_rows, only)
     dyn = {"requests": requests, "seed": seed, "lengths_new": new_lengths, "cold": cold} \
