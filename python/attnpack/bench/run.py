@@ -17,7 +17,7 @@ from attnpack.bench.shapes import Shape
 RESULTS_SCHEMA = 1
 # Each row's backends take turns in this many rounds by default, in alternating order
 # (measure.round_order): run46 saw one machine's cuDNN time on a row move 132 -> 157 us between
-# passes of one process, and run50 the side timed later in a long row up to 10 % slower.
+# passes of one process, and run50 a kernel's time drift up to 13 % within a row.
 ROUNDS = 2
 
 

@@ -410,8 +410,8 @@ def tune_key(torch, runtime, bundle, bench: Bench, index: dict, key: TuneKey, lo
     times = {n: statistics.median(t) for n, t in samples.items()}
     best = min(times, key=times.get)
     # 5: PyTorch's own backends on the same shape, timed before the candidates and again after
-    # them, each keeping the median of both runs: within a long stretch of calls the GPU slows
-    # down (docs/performance.md, run50), so a reference always timed last would flatter us
+    # them, each keeping the median of both runs: within a run a kernel's time drifts by up to
+    # 13 % (docs/performance.md, run50), and a reference timed at one moment only is tied to it
     natives = pooled_medians(natives_first, native_samples(torch, bench, key, q, k, v, do))
     f = flops(key.op, B, Hq, Sq, Sk, D, key.causal)
     entry = {"op": key.op, "dtype": key.dtype, "head_dim": key.head_dim, "causal": key.causal,
