@@ -172,7 +172,7 @@ def runoff(samples: dict[str, list[float]], sample: Callable[[str], list[float]]
     first in the first round and fastest first in the next, so no contender is always timed
     right after another. `sample(name)` times one once more; its times join `samples[name]`.
     Returns the contenders, fastest first by the first medians ([] when one stands alone)."""
-    medians = {n: statistics.median(t) for n, t in samples.items()}
+    medians = pooled_medians(samples)
     best = min(medians.values())
     contenders = sorted((n for n, m in medians.items() if m <= best * (1 + margin)),
                         key=lambda n: (medians[n], n))[:most]
@@ -407,7 +407,7 @@ def tune_key(torch, runtime, bundle, bench: Bench, index: dict, key: TuneKey, lo
             log(f"  {n} (run-off): {e}")
             return []
     contenders = runoff(samples, again)
-    times = {n: statistics.median(t) for n, t in samples.items()}
+    times = pooled_medians(samples)
     best = min(times, key=times.get)
     # 5: PyTorch's own backends on the same shape, timed before the candidates and again after
     # them, each keeping the median of both runs: within a run a kernel's time drifts by up to
