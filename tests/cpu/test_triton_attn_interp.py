@@ -48,6 +48,11 @@ else:
     # split-KV decode with 512-key chunks: Sk up to 1300 crosses three chunks and a ragged tail
     SPLIT = dict(fwd_config={"decode": 1, "split": 512, "M": 16, "N": 32, "warps": 4, "stages": 3},
                  bwd_config=SMALL_BWD)
+    # the shortest chunks (128 keys, two 64-key tiles each): Sk 600 is five chunks, the last
+    # of them 88 keys; Sk 2100 is 17, two passes of the merge's 16-chunk blocks (under causal
+    # at Sq 2 all but the first chunk see no key and leave LSE -inf)
+    SPLIT128 = dict(fwd_config={"decode": 1, "split": 128, "M": 16, "N": 64, "warps": 4,
+                                "stages": 3}, bwd_config=SMALL_BWD)
 
     def reference(q, k, v, do, causal, scale):
         """float64 attention, with LSE and (dq, dk, dv); GQA by repeating K/V heads."""
@@ -124,6 +129,9 @@ else:
         "split-gqa8-sq1-three-chunks": (2, 16, 2, 1, 1300, 64, False, SPLIT),
         "split-gqa4-sq3-causal": (1, 8, 2, 3, 700, 64, True, SPLIT),
         "split-d96-mha-sq2-one-chunk": (1, 2, 2, 2, 100, 96, False, dict(SPLIT, layout="bshd")),
+        "split128-gqa4-sq1-five-chunks": (1, 8, 2, 1, 600, 64, False, SPLIT128),
+        "split128-gqa8-sq2-causal-17-chunks": (1, 8, 1, 2, 2100, 64, True, SPLIT128),
+        "split128-mha-sq1-seventeen-chunks": (1, 2, 2, 1, 2100, 128, False, SPLIT128),
         "d32-sq1": (2, 2, 2, 1, 17, 32, False, {}),
         "d32-sk1-causal": (1, 2, 2, 17, 1, 32, True, {}),
         "d64-both1-causal": (1, 1, 1, 1, 1, 64, True, {}),

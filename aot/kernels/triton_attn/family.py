@@ -45,7 +45,11 @@ FWD_CONFIGS = (
     {"decode": 1, "M": 64, "N": 64, "warps": 4, "stages": 3},
     {"decode": 1, "M": 16, "N": 32, "warps": 4, "stages": 3},    # head dim 256
     # split-KV decode: chunks of `split` keys in parallel, then a merge (decode.py), for
-    # batches whose B·Hkv programs leave SMs idle
+    # batches whose B·Hkv programs leave SMs idle. The short chunks (128, 256 keys) are for the
+    # fewest streams and shortest caches, where 512-key chunks still leave few programs.
+    {"decode": 1, "split": 128, "M": 16, "N": 64, "warps": 4, "stages": 3},
+    {"decode": 1, "split": 256, "M": 16, "N": 64, "warps": 4, "stages": 3},
+    {"decode": 1, "split": 256, "M": 16, "N": 32, "warps": 4, "stages": 3},  # head dim 256
     {"decode": 1, "split": 512, "M": 16, "N": 64, "warps": 4, "stages": 3},
     {"decode": 1, "split": 1024, "M": 16, "N": 64, "warps": 4, "stages": 3},
     {"decode": 1, "split": 1024, "M": 64, "N": 64, "warps": 4, "stages": 3},
