@@ -294,3 +294,41 @@ def test_native_reference_pools_its_runs_before_and_after_the_candidates():
     assert pooled_medians(before, after) == {"cudnn": 106.0, "flash": 196.0}
     assert pooled_medians(before) == {"cudnn": 101.0, "flash": 201.0}
     assert pooled_medians({}, {}) == {}
+
+
+def test_tuner_queues_its_timed_reps_and_waits_once():
+    """The tuner's Bench, on a recording stand-in for torch: WARMUP calls, then for each of REPS
+    reps a flush, the start event, the call and the end event, all queued, and one synchronize
+    at the end (no wait per rep, which left the GPU idling between reps); the times come from
+    the event pairs, in microseconds."""
+    from types import SimpleNamespace
+
+    from attnpack.tune import runner
+    log = []
+
+    class Event:
+        def __init__(self, enable_timing):
+            assert enable_timing
+            self.t = None
+
+        def record(self):
+            log.append("record")
+            self.t = len(log)
+
+        def synchronize(self):
+            log.append("event-sync")
+
+        def elapsed_time(self, end):
+            return (end.t - self.t) / 1000.0     # ms
+
+    class Flush:
+        def zero_(self):
+            log.append("flush")
+
+    fake = SimpleNamespace(empty=lambda *a, **k: Flush(), uint8=None,
+                           cuda=SimpleNamespace(Event=Event, synchronize=lambda: log.append("sync")))
+    bench = runner.Bench(fake)
+    times = bench.samples_us(lambda: log.append("call"))
+    assert log == (["call"] * runner.WARMUP + ["flush", "record", "call", "record"] * runner.REPS
+                   + ["sync"])
+    assert times == [2.0] * runner.REPS          # two log entries between start and end: 2 us

@@ -130,3 +130,23 @@ def test_command_line_run_writes_the_report(shape_file, tmp_path):
     assert all(r["served"]["status"] == "served" for r in results["rows"])
     assert results["environment"]["gpu"] == torch.cuda.get_device_name()
     assert "| tiny GQA causal |" in done.stdout and (out / "report.md").is_file()
+
+
+def test_clocks_script_reports_clock_and_cycles_per_regime(shape_file):
+    """bench/clocks.py, small: every (regime, backend, turn) once, with a clock an H100/H200
+    can run at (0.5-2.5 GHz) and cycles = time x clock."""
+    import subprocess
+    import sys
+    done = subprocess.run([sys.executable, str(REPO / "bench" / "clocks.py"), "--shapes",
+                           str(shape_file), "--only", "tiny full d128", "--reps", "3",
+                           "--seconds", "0.05", "--probe-every", "2", "--json"],
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(REPO / "python") + os.pathsep
+                               + os.environ.get("PYTHONPATH", "")})
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [(r["regime"], r["backend"]) for r in rows] == [
+        (g, b) for g in ("bench", "sustained") for b in ("attnpack", "default", "default", "attnpack")]
+    for r in rows:
+        assert r["ms"] > 0 and 0.5 < r["ghz"] < 2.5, r
+        assert abs(r["mcycles"] - r["ms"] * r["ghz"]) <= 0.25 * r["mcycles"], r

@@ -37,6 +37,7 @@ ERROR_FLOOR = {"bf16": 4e-3, "fp16": 5e-4}    # no candidate is rejected below t
 TIMED_FLOP = 2e11        # forward FLOPs per timed call; ~0.3 ms on an H200 in bf16
 CHECK_HEADS_KV = 2        # the correctness check runs at B=1, Hkv=2
 REPS, WARMUP = 20, 5
+SETTLE_SECONDS = 1.0
 L2_FLUSH_BYTES = 256 << 20
 MAX_GRID_Y = 65535
 TIMED_BYTES = 8 << 30
@@ -148,20 +149,34 @@ class Bench:
         self.flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device="cuda")
 
     def samples_us(self, fn: Callable[[], None]) -> list[float]:
-        """WARMUP calls, then REPS timed ones: each one's GPU time in microseconds."""
+        """WARMUP calls, then REPS timed ones: each one's GPU time in microseconds. The reps
+        are queued back to back (flush, call, flush, ...) and the host waits once, at the end,
+        as attnpack.bench.timing.Timer does. Waiting after every rep left the GPU idle between
+        reps, at whatever clock that idling gave it: in the run that waited (run53 of
+        2026-12-02), decode kernels of 15-50 us timed up to 2x apart between the bf16 and the
+        fp16 key of one shape, which move the same bytes."""
         torch = self.torch
         for _ in range(WARMUP):
             fn()
-        times = []
-        for _ in range(REPS):
+        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                  for _ in range(REPS)]
+        for start, end in events:
             self.flush.zero_()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
             fn()
             end.record()
-            end.synchronize()
-            times.append(start.elapsed_time(end) * 1000.0)
-        return times
+        torch.cuda.synchronize()
+        return [start.elapsed_time(end) * 1000.0 for start, end in events]
+
+    def settle(self, seconds: float = SETTLE_SECONDS) -> None:
+        """Keep the GPU busy for about `seconds` (L2 flushes back to back) before the first
+        key, so it is not timed while the clocks climb out of idle."""
+        torch = self.torch
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            for _ in range(20):
+                self.flush.zero_()
+            torch.cuda.synchronize()
 
 
 def runoff(samples: dict[str, list[float]], sample: Callable[[str], list[float]],
@@ -326,6 +341,7 @@ def tune(archive_path: Path, keys: Iterable[TuneKey], out_path: Path,
         raise ValueError(f"{out_path} is for {db.arch}, the archive for {archive.arch}")
     db.provenance = provenance(torch)
     bench = Bench(torch)
+    bench.settle()
     advance = progress(len(keys))
     deadline = time.monotonic() + 60 * minutes if minutes else None
     with runtime.Bundle(archive_path) as bundle:
