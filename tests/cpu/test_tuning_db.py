@@ -298,9 +298,9 @@ def test_native_reference_pools_its_runs_before_and_after_the_candidates():
 
 def test_tuner_queues_its_timed_reps_and_waits_once():
     """The tuner's Bench, on a recording stand-in for torch: WARMUP calls, then for each of REPS
-    reps a flush, the start event, the call and the end event, all queued, and one synchronize
-    at the end (no wait per rep, which left the GPU idling between reps); the times come from
-    the event pairs, in microseconds."""
+    reps a flush, a spin that lets the host get ahead, the start event, the call and the end
+    event, all queued, and one synchronize at the end (no wait per rep, which let the host's
+    launch time into the interval); the times come from the event pairs, in microseconds."""
     from types import SimpleNamespace
 
     from attnpack.tune import runner
@@ -326,9 +326,11 @@ def test_tuner_queues_its_timed_reps_and_waits_once():
             log.append("flush")
 
     fake = SimpleNamespace(empty=lambda *a, **k: Flush(), uint8=None,
-                           cuda=SimpleNamespace(Event=Event, synchronize=lambda: log.append("sync")))
+                           cuda=SimpleNamespace(Event=Event, synchronize=lambda: log.append("sync"),
+                                                _sleep=lambda cycles: log.append(("sleep", cycles))))
     bench = runner.Bench(fake)
     times = bench.samples_us(lambda: log.append("call"))
-    assert log == (["call"] * runner.WARMUP + ["flush", "record", "call", "record"] * runner.REPS
-                   + ["sync"])
+    lead = ("sleep", runner.HOST_LEAD_CYCLES)
+    assert log == (["call"] * runner.WARMUP
+                   + ["flush", lead, "record", "call", "record"] * runner.REPS + ["sync"])
     assert times == [2.0] * runner.REPS          # two log entries between start and end: 2 us

@@ -38,6 +38,7 @@ TIMED_FLOP = 2e11        # forward FLOPs per timed call; ~0.3 ms on an H200 in b
 CHECK_HEADS_KV = 2        # the correctness check runs at B=1, Hkv=2
 REPS, WARMUP = 20, 5
 SETTLE_SECONDS = 1.0
+HOST_LEAD_CYCLES = 200_000   # about 100-120 us of GPU time at the H200's clocks
 L2_FLUSH_BYTES = 256 << 20
 MAX_GRID_Y = 65535
 TIMED_BYTES = 8 << 30
@@ -151,10 +152,11 @@ class Bench:
     def samples_us(self, fn: Callable[[], None]) -> list[float]:
         """WARMUP calls, then REPS timed ones: each one's GPU time in microseconds. The reps
         are queued back to back (flush, call, flush, ...) and the host waits once, at the end,
-        as attnpack.bench.timing.Timer does. Waiting after every rep left the GPU idle between
-        reps, at whatever clock that idling gave it: in the run that waited (run53 of
-        2026-12-02), decode kernels of 15-50 us timed up to 2x apart between the bf16 and the
-        fp16 key of one shape, which move the same bytes."""
+        as attnpack.bench.timing.Timer does. Waiting after every rep let the GPU drain its queue, so
+        the start event could fire before the host had launched the call, and then the host's
+        launch time was timed too: in the run that waited (run53 of 2026-12-02), decode kernels of 15-50 us
+        timed up to 2x apart between the bf16 and the fp16 key of one shape, which move the
+        same bytes."""
         torch = self.torch
         for _ in range(WARMUP):
             fn()
@@ -162,6 +164,11 @@ class Bench:
                   for _ in range(REPS)]
         for start, end in events:
             self.flush.zero_()
+            # The GPU spins a while before the start event, so the host has queued the call by
+            # the time the event fires: a candidate's call goes through the ctypes binding
+            # (a Problem, a workspace query, ~tens of us of Python), and without a lead that
+            # host time would land inside the interval of a 15-us decode kernel.
+            torch.cuda._sleep(HOST_LEAD_CYCLES)
             start.record()
             fn()
             end.record()
