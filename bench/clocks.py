@@ -101,7 +101,8 @@ def summary(samples: list[tuple[float, float]]) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shapes", action="append", type=Path,
-                        help="shape file (repeat); default bench/shapes.json and bench/model_shapes.json")
+                        help="shape file (repeat); default bench/shapes.json and "
+                             "bench/model_shapes.json")
     parser.add_argument("--only", action="append", default=[],
                         help="rows whose name contains this text (repeat: any of them)")
     parser.add_argument("--ops", default="fwd", help="fwd, fwdbwd or both, comma-separated")
@@ -140,7 +141,8 @@ def _print_table(rows, backends) -> None:
     head = rows[0]
     print(f"\n{head['row']} ({head['op']})")
     for regime in ("bench", "sustained"):
-        per = {b: [r for r in rows if r["regime"] == regime and r["backend"] == b] for b in backends}
+        per = {b: [r for r in rows if r["regime"] == regime and r["backend"] == b]
+               for b in backends}
         cells = []
         for b in backends:
             ms = statistics.mean(r["ms"] for r in per[b])

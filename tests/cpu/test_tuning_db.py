@@ -325,9 +325,9 @@ def test_tuner_queues_its_timed_reps_and_waits_once():
         def zero_(self):
             log.append("flush")
 
-    fake = SimpleNamespace(empty=lambda *a, **k: Flush(), uint8=None,
-                           cuda=SimpleNamespace(Event=Event, synchronize=lambda: log.append("sync"),
-                                                _sleep=lambda cycles: log.append(("sleep", cycles))))
+    cuda = SimpleNamespace(Event=Event, synchronize=lambda: log.append("sync"),
+                           _sleep=lambda cycles: log.append(("sleep", cycles)))
+    fake = SimpleNamespace(empty=lambda *a, **k: Flush(), uint8=None, cuda=cuda)
     bench = runner.Bench(fake)
     times = bench.samples_us(lambda: log.append("call"))
     lead = ("sleep", runner.HOST_LEAD_CYCLES)

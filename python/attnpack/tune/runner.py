@@ -152,11 +152,11 @@ class Bench:
     def samples_us(self, fn: Callable[[], None]) -> list[float]:
         """WARMUP calls, then REPS timed ones: each one's GPU time in microseconds. The reps
         are queued back to back (flush, call, flush, ...) and the host waits once, at the end,
-        as attnpack.bench.timing.Timer does. Waiting after every rep let the GPU drain its queue, so
-        the start event could fire before the host had launched the call, and then the host's
-        launch time was timed too: in the run that waited (run53 of 2026-12-02), decode kernels of 15-50 us
-        timed up to 2x apart between the bf16 and the fp16 key of one shape, which move the
-        same bytes."""
+        as attnpack.bench.timing.Timer does. Waiting after every rep let the GPU drain its
+        queue, so the start event could fire before the host had launched the call, and then
+        the host's launch time was timed too: in the run that waited (run53 of 2026-12-02),
+        decode kernels of 15-50 us timed up to 2x apart between the bf16 and the fp16 key of
+        one shape, which move the same bytes."""
         torch = self.torch
         for _ in range(WARMUP):
             fn()
