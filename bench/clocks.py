@@ -14,12 +14,13 @@ on the same tensors, backends taking turns (A B B A):
 - **sustained**: calls back to back, no flush, for about `--seconds` each, the way a training
   step or a long prefill keeps the GPU busy.
 
-The clock comes from a probe on the GPU's own stream: `torch.cuda._sleep(n)` spins for n SM
-cycles, so n / (its event time) is the clock while it ran. A probe runs right before and right
-after each timed call (bench) or every `--probe-every` calls (sustained); a call's clock is
-the mean of the two around it, and cycles = time x clock. The probes cost a few tens of
-microseconds each, outside the timed interval. One JSON object per (row, op, regime, backend,
-turn) with --json, else a table. Needs the built extension and a bundle, as `attnpack bench`.
+The clock comes from a probe on the GPU's own stream (attnpack.bench.timing:
+`torch.cuda._sleep(n)` spins for n SM cycles, so n / (its event time) is the clock while it
+ran). A probe runs right before and right after each timed call (bench) or every
+`--probe-every` calls (sustained); a call's clock is the mean of the two around it, and
+cycles = time x clock. The probes cost a few tens of microseconds each, outside the timed
+interval. One JSON object per (row, op, regime, backend, turn) with --json, else a table.
+Needs the built extension and a bundle, as `attnpack bench`.
 """
 from __future__ import annotations
 
@@ -28,66 +29,9 @@ import json
 import statistics
 from pathlib import Path
 
-import torch
-
 from attnpack.bench.measure import backend, make_inputs, sdpa_call
 from attnpack.bench.shapes import load_shape_file
-from attnpack.bench.timing import Timer
-
-PROBE_CYCLES = 100_000   # about 50-65 us at the H200's clocks; events resolve ~0.5 us
-
-
-def _probe_ghz(start, end) -> float:
-    return PROBE_CYCLES / (start.elapsed_time(end) * 1e6)
-
-
-def _events(n):
-    return [torch.cuda.Event(enable_timing=True) for _ in range(n)]
-
-
-def bench_regime(fn, timer: Timer, reps: int) -> list[tuple[float, float]]:
-    """(ms, GHz) per call: the Timer's flush before each call, probes around the call."""
-    for _ in range(timer.warmup):
-        fn()
-    marks = [_events(4) for _ in range(reps)]
-    for a, b, c, d in marks:
-        timer.flush.zero_()
-        a.record()
-        torch.cuda._sleep(PROBE_CYCLES)
-        b.record()
-        fn()
-        c.record()
-        torch.cuda._sleep(PROBE_CYCLES)
-        d.record()
-    torch.cuda.synchronize()
-    return [(b.elapsed_time(c), (_probe_ghz(a, b) + _probe_ghz(c, d)) / 2) for a, b, c, d in marks]
-
-
-def sustained_regime(fn, seconds: float, probe_every: int) -> list[tuple[float, float]]:
-    """(ms per call, GHz) per group of `probe_every` back-to-back calls, for about `seconds`."""
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    one = _events(2)
-    one[0].record()
-    fn()
-    one[1].record()
-    torch.cuda.synchronize()
-    groups = max(3, int(seconds * 1e3 / max(one[0].elapsed_time(one[1]) * probe_every, 1e-3)))
-    marks = [_events(4) for _ in range(groups)]
-    for a, b, c, d in marks:
-        a.record()
-        torch.cuda._sleep(PROBE_CYCLES)
-        b.record()
-        for _ in range(probe_every):
-            fn()
-        c.record()
-        torch.cuda._sleep(PROBE_CYCLES)
-        d.record()
-    torch.cuda.synchronize()
-    # the first groups carry the clock's fall from idle; the median over all of them is kept
-    return [(b.elapsed_time(c) / probe_every, (_probe_ghz(a, b) + _probe_ghz(c, d)) / 2)
-            for a, b, c, d in marks]
+from attnpack.bench.timing import Timer, sustained_samples
 
 
 def summary(samples: list[tuple[float, float]]) -> dict:
@@ -127,8 +71,8 @@ def main() -> None:
                 for turn, name in enumerate(turns):
                     with backend(name):
                         fn = sdpa_call(op, q, k, v, do, shape.causal)
-                        samples = (bench_regime(fn, timer, args.reps) if regime == "bench" else
-                                   sustained_regime(fn, args.seconds, args.probe_every))
+                        samples = (timer.clocked_samples(fn, args.reps) if regime == "bench"
+                                   else sustained_samples(fn, args.seconds, args.probe_every))
                     rows.append({"row": shape.label, "op": op, "regime": regime, "backend": name,
                                  "turn": turn, **summary(samples)})
                     if args.json:

@@ -17,12 +17,19 @@ flush, CUDA events, median). Per shape, it prints each side's fastest kernel in 
 rate over the first side's, and the geomean over kernels of the per-kernel time ratio (first
 side's time over this side's: above 1 this side is faster); cuDNN's rate in the same run is the
 reference column.
+
+With --cycles each call is timed with a clock probe on either side (attnpack.bench.timing,
+Timer.clocked_samples) and its median cycles count instead of its median time: the GPU sets its
+clock by power and history, by more than most kernel changes are worth, and a call's cycles do
+not follow it (docs/performance.md, "Clocks and cycles"). Rates are then what the cycles would
+give at NOMINAL_GHZ.
 """
 from __future__ import annotations
 
 import argparse
 import json
 import math
+import statistics
 import sys
 from pathlib import Path
 
@@ -38,6 +45,16 @@ from attnpack.bench.measure import backend, make_inputs, sdpa_call, time_op  # n
 from attnpack.bench.shapes import load_shape_file, shape_flops  # noqa: E402
 from attnpack.bench.timing import Timer  # noqa: E402
 from attnpack.bench.report import geomean  # noqa: E402
+
+NOMINAL_GHZ = 1.98   # the H200's highest SM clock: --cycles rates are at this clock
+
+
+def call_ms(timer: Timer, run, cycles: bool) -> float:
+    """A call's median time, or with `cycles` its median cycles as ms at NOMINAL_GHZ."""
+    if not cycles:
+        return timer.median_ms(run)
+    samples = timer.clocked_samples(run, timer.reps)
+    return statistics.median(ms * ghz for ms, ghz in samples) / NOMINAL_GHZ
 
 
 def _side(spec: str) -> tuple[str, Path]:
@@ -88,7 +105,7 @@ def _backward_runs(shape, q, k, v, do, scale):
 
 
 def compare_shape(shape, sides, bundles, names, timer: Timer, max_diff: float,
-                  op: str = "fwd") -> dict | None:
+                  op: str = "fwd", cycles: bool = False) -> dict | None:
     key = (shape.dtype, shape.head_dim, shape.causal)
     common = sorted(set.intersection(*(set(n.get(key, ())) for n in names)))
     if not common:
@@ -119,12 +136,18 @@ def compare_shape(shape, sides, bundles, names, timer: Timer, max_diff: float,
         for order in (sides, sides[::-1]):
             for side in order:
                 if (side, kernel) in runs:
-                    ms.setdefault(side, []).append(timer.median_ms(runs[(side, kernel)]))
+                    ms.setdefault(side, []).append(call_ms(timer, runs[(side, kernel)], cycles))
         for side, times in ms.items():
             row["tflops"][side][kernel] = flops / (sum(times) / len(times)) / 1e9
     with backend("cudnn"):
-        timing = time_op("cudnn", op, shape, tensors, timer)
-    row["cudnn"] = flops / timing["ms"] / 1e9 if "ms" in timing else None
+        if cycles:
+            try:
+                ms = call_ms(timer, sdpa_call(op, q, k, v, do, shape.causal), True)
+            except RuntimeError:   # cuDNN refuses the shape
+                ms = None
+        else:
+            ms = time_op("cudnn", op, shape, tensors, timer).get("ms")
+    row["cudnn"] = flops / ms / 1e9 if ms else None
     return row
 
 
@@ -153,6 +176,8 @@ def main(argv=None):
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--max-diff", type=float, default=3e-2)
+    ap.add_argument("--cycles", action="store_true",
+                    help=f"compare cycles per call (rates at {NOMINAL_GHZ} GHz), not times")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     if len(args.archive) < 2:
@@ -169,7 +194,7 @@ def main(argv=None):
                 if shape.seqlen_q == 1:
                     continue
                 row = compare_shape(shape, sides, bundles, names, timer, args.max_diff,
-                                    args.op)
+                                    args.op, args.cycles)
                 if row is not None:
                     rows.append(row)
                     print_row(row, sides)
@@ -185,6 +210,7 @@ def main(argv=None):
                   f"min {min(best):.3f}, max {max(best):.3f} over {len(best)} shapes")
     if args.json:
         args.json.write_text(json.dumps({"sides": dict((n, str(p)) for n, p in args.archive),
+                                         "cycles_at_ghz": NOMINAL_GHZ if args.cycles else None,
                                          "rows": rows}, indent=1))
     return 0
 

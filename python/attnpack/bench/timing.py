@@ -17,6 +17,9 @@ import torch
 
 MIN_FLUSH_BYTES = 256 << 20     # also Triton's do_bench flush; 4x the H200's 60 MB L2
 MATMUL_N = 8192                 # the dense bf16 matmul the attention rates are expressed against
+# The clock probe: torch.cuda._sleep(n) spins n SM cycles on the stream, so n over its event
+# time is the SM clock while it ran (about 50-65 us on an H200; events resolve ~0.5 us).
+PROBE_CYCLES = 100_000
 
 
 @dataclass
@@ -66,6 +69,55 @@ class Timer:
 
     def median_ms(self, fn: Callable[[], object]) -> float:
         return self.time(fn).median_ms
+
+    def clocked_samples(self, fn: Callable[[], object], reps: int) -> list[tuple[float, float]]:
+        """As `samples`, with a clock probe right before and right after each timed call:
+        (ms, GHz) per call, the clock the mean of the two probes. time x clock is the call's
+        cycles, which do not move with the clock the GPU happens to run at."""
+        for _ in range(self.warmup):
+            fn()
+        marks = [[torch.cuda.Event(enable_timing=True) for _ in range(4)] for _ in range(reps)]
+        for a, b, c, d in marks:
+            self.flush.zero_()
+            a.record()
+            torch.cuda._sleep(PROBE_CYCLES)
+            b.record()
+            fn()
+            c.record()
+            torch.cuda._sleep(PROBE_CYCLES)
+            d.record()
+        torch.cuda.synchronize()
+        return [(b.elapsed_time(c), (probe_ghz(a, b) + probe_ghz(c, d)) / 2)
+                for a, b, c, d in marks]
+
+
+def probe_ghz(start, end) -> float:
+    """The SM clock over a PROBE_CYCLES spin between two recorded events."""
+    return PROBE_CYCLES / (start.elapsed_time(end) * 1e6)
+
+
+def sustained_samples(fn: Callable[[], object], seconds: float,
+                      probe_every: int) -> list[tuple[float, float]]:
+    """Calls back to back, no flush, for about `seconds`, a clock probe before and after every
+    `probe_every` of them: (ms per call, GHz) per group."""
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    one = wall_ms(fn)
+    groups = max(3, int(seconds * 1e3 / max(one * probe_every, 1e-3)))
+    marks = [[torch.cuda.Event(enable_timing=True) for _ in range(4)] for _ in range(groups)]
+    for a, b, c, d in marks:
+        a.record()
+        torch.cuda._sleep(PROBE_CYCLES)
+        b.record()
+        for _ in range(probe_every):
+            fn()
+        c.record()
+        torch.cuda._sleep(PROBE_CYCLES)
+        d.record()
+    torch.cuda.synchronize()
+    return [(b.elapsed_time(c) / probe_every, (probe_ghz(a, b) + probe_ghz(c, d)) / 2)
+            for a, b, c, d in marks]
 
 
 def matmul_tflops(timer: Timer, n: int = MATMUL_N) -> float:
