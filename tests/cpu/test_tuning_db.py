@@ -296,13 +296,14 @@ def test_native_reference_pools_its_runs_before_and_after_the_candidates():
     assert pooled_medians({}, {}) == {}
 
 
-def test_tuner_queues_its_timed_reps_and_waits_once():
+def test_tuner_queues_its_timed_reps_and_waits_once(monkeypatch):
     """The tuner's Bench, on a recording stand-in for torch: WARMUP calls, then for each of REPS
     reps a flush, a spin that lets the host get ahead, the start event, the call and the end
     event, all queued, and one synchronize at the end (no wait per rep, which let the host's
     launch time into the interval); the times come from the event pairs, in microseconds."""
     from types import SimpleNamespace
 
+    from attnpack.bench import timing
     from attnpack.tune import runner
     log = []
 
@@ -315,9 +316,6 @@ def test_tuner_queues_its_timed_reps_and_waits_once():
             log.append("record")
             self.t = len(log)
 
-        def synchronize(self):
-            log.append("event-sync")
-
         def elapsed_time(self, end):
             return (end.t - self.t) / 1000.0     # ms
 
@@ -326,8 +324,11 @@ def test_tuner_queues_its_timed_reps_and_waits_once():
             log.append("flush")
 
     cuda = SimpleNamespace(Event=Event, synchronize=lambda: log.append("sync"),
-                           _sleep=lambda cycles: log.append(("sleep", cycles)))
-    fake = SimpleNamespace(empty=lambda *a, **k: Flush(), uint8=None, cuda=cuda)
+                           _sleep=lambda cycles: log.append(("sleep", cycles)),
+                           get_device_properties=lambda d: SimpleNamespace(L2_cache_size=0))
+    fake = SimpleNamespace(empty=lambda *a, **k: Flush(), uint8=None, cuda=cuda,
+                           device=lambda d: d)
+    monkeypatch.setattr(timing, "torch", fake)
     bench = runner.Bench(fake)
     times = bench.samples_us(lambda: log.append("call"))
     lead = ("sleep", runner.HOST_LEAD_CYCLES)

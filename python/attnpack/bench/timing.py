@@ -53,14 +53,20 @@ class Timer:
     def time(self, fn: Callable[[], object]) -> Timing:
         return summarize(self.samples(fn, self.reps))
 
-    def samples(self, fn: Callable[[], object], reps: int) -> list[float]:
-        """`warmup` calls, then `reps` timed ones: each call's GPU time in ms."""
+    def samples(self, fn: Callable[[], object], reps: int,
+                lead_cycles: int = 0) -> list[float]:
+        """`warmup` calls, then `reps` timed ones: each call's GPU time in ms. With
+        `lead_cycles`, the GPU spins that many cycles after each flush, before the start event,
+        so a host slower to launch `fn` than the flush takes to run has queued the call by the
+        time the event fires (attnpack tune's candidates go through the ctypes binding)."""
         for _ in range(self.warmup):
             fn()
         events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                   for _ in range(reps)]
         for start, end in events:
             self.flush.zero_()
+            if lead_cycles:
+                torch.cuda._sleep(lead_cycles)
             start.record()
             fn()
             end.record()
@@ -76,24 +82,36 @@ class Timer:
         cycles, which do not move with the clock the GPU happens to run at."""
         for _ in range(self.warmup):
             fn()
-        marks = [[torch.cuda.Event(enable_timing=True) for _ in range(4)] for _ in range(reps)]
-        for a, b, c, d in marks:
+        marks = []
+        for _ in range(reps):
             self.flush.zero_()
-            a.record()
-            torch.cuda._sleep(PROBE_CYCLES)
-            b.record()
-            fn()
-            c.record()
-            torch.cuda._sleep(PROBE_CYCLES)
-            d.record()
+            marks.append(_probed(fn))
         torch.cuda.synchronize()
-        return [(b.elapsed_time(c), (probe_ghz(a, b) + probe_ghz(c, d)) / 2)
-                for a, b, c, d in marks]
+        return [_probed_sample(m, 1) for m in marks]
 
 
 def probe_ghz(start, end) -> float:
     """The SM clock over a PROBE_CYCLES spin between two recorded events."""
     return PROBE_CYCLES / (start.elapsed_time(end) * 1e6)
+
+
+def _probed(inner: Callable[[], object]) -> list:
+    """Queues a clock probe, `inner`, and another probe, between four events."""
+    a, b, c, d = (torch.cuda.Event(enable_timing=True) for _ in range(4))
+    a.record()
+    torch.cuda._sleep(PROBE_CYCLES)
+    b.record()
+    inner()
+    c.record()
+    torch.cuda._sleep(PROBE_CYCLES)
+    d.record()
+    return [a, b, c, d]
+
+
+def _probed_sample(marks, calls: int) -> tuple[float, float]:
+    """(ms per call of the `calls` between the probes, the probes' mean GHz)."""
+    a, b, c, d = marks
+    return b.elapsed_time(c) / calls, (probe_ghz(a, b) + probe_ghz(c, d)) / 2
 
 
 def sustained_samples(fn: Callable[[], object], seconds: float,
@@ -105,19 +123,13 @@ def sustained_samples(fn: Callable[[], object], seconds: float,
     torch.cuda.synchronize()
     one = wall_ms(fn)
     groups = max(3, int(seconds * 1e3 / max(one * probe_every, 1e-3)))
-    marks = [[torch.cuda.Event(enable_timing=True) for _ in range(4)] for _ in range(groups)]
-    for a, b, c, d in marks:
-        a.record()
-        torch.cuda._sleep(PROBE_CYCLES)
-        b.record()
+
+    def group():
         for _ in range(probe_every):
             fn()
-        c.record()
-        torch.cuda._sleep(PROBE_CYCLES)
-        d.record()
+    marks = [_probed(group) for _ in range(groups)]
     torch.cuda.synchronize()
-    return [(b.elapsed_time(c) / probe_every, (probe_ghz(a, b) + probe_ghz(c, d)) / 2)
-            for a, b, c, d in marks]
+    return [_probed_sample(m, probe_every) for m in marks]
 
 
 def matmul_tflops(timer: Timer, n: int = MATMUL_N) -> float:

@@ -39,7 +39,6 @@ CHECK_HEADS_KV = 2        # the correctness check runs at B=1, Hkv=2
 REPS, WARMUP = 20, 5
 SETTLE_SECONDS = 1.0
 HOST_LEAD_CYCLES = 200_000   # about 100-120 us of GPU time at the H200's clocks
-L2_FLUSH_BYTES = 256 << 20
 MAX_GRID_Y = 65535
 TIMED_BYTES = 8 << 30
 TIMING_HEADS_KV = 8
@@ -143,47 +142,34 @@ def candidates(archive_index: dict, key: TuneKey) -> list[dict]:
 
 
 class Bench:
-    """Steady-state timing with CUDA events, an L2 flush before each run, median of REPS."""
+    """The tuner's timing: attnpack.bench.timing.Timer's (warm-up, an L2 flush before every
+    rep, the reps queued back to back, one wait at the end), with a GPU spin before each rep's
+    start event, in microseconds."""
 
     def __init__(self, torch):
+        from attnpack.bench.timing import Timer
         self.torch = torch
-        self.flush = torch.empty(L2_FLUSH_BYTES, dtype=torch.uint8, device="cuda")
+        self.timer = Timer(reps=REPS, warmup=WARMUP)
 
     def samples_us(self, fn: Callable[[], None]) -> list[float]:
-        """WARMUP calls, then REPS timed ones: each one's GPU time in microseconds. The reps
-        are queued back to back (flush, call, flush, ...) and the host waits once, at the end,
-        as attnpack.bench.timing.Timer does. Waiting after every rep let the GPU drain its
-        queue, so the start event could fire before the host had launched the call, and then
-        the host's launch time was timed too: in the run that waited (run53 of 2026-12-02),
-        decode kernels of 15-50 us timed up to 2x apart between the bf16 and the fp16 key of
-        one shape, which move the same bytes."""
-        torch = self.torch
-        for _ in range(WARMUP):
-            fn()
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                  for _ in range(REPS)]
-        for start, end in events:
-            self.flush.zero_()
-            # The GPU spins a while before the start event, so the host has queued the call by
-            # the time the event fires: a candidate's call goes through the ctypes binding
-            # (a Problem, a workspace query, ~tens of us of Python), and without a lead that
-            # host time would land inside the interval of a 15-us decode kernel.
-            torch.cuda._sleep(HOST_LEAD_CYCLES)
-            start.record()
-            fn()
-            end.record()
-        torch.cuda.synchronize()
-        return [start.elapsed_time(end) * 1000.0 for start, end in events]
+        """WARMUP calls, then REPS timed ones: each one's GPU time in microseconds. Until
+        2026-12-02 the tuner waited after every rep; the GPU then drained its queue, so the
+        start event could fire before the host had launched the call, and the host's launch
+        time was timed too: in the run that waited (run53), decode kernels of 15-50 us timed up
+        to 2x apart between the bf16 and the fp16 key of one shape, which move the same bytes.
+        The spin (HOST_LEAD_CYCLES) lets the host, whose call goes through the ctypes binding
+        (a Problem, a workspace query, tens of us of Python), queue the call before its start
+        event fires."""
+        return [ms * 1000.0 for ms in self.timer.samples(fn, REPS, lead_cycles=HOST_LEAD_CYCLES)]
 
     def settle(self, seconds: float = SETTLE_SECONDS) -> None:
         """Keep the GPU busy for about `seconds` (L2 flushes back to back) before the first
         key, so it is not timed while the clocks climb out of idle."""
-        torch = self.torch
         end = time.monotonic() + seconds
         while time.monotonic() < end:
             for _ in range(20):
-                self.flush.zero_()
-            torch.cuda.synchronize()
+                self.timer.flush.zero_()
+            self.torch.cuda.synchronize()
 
 
 def runoff(samples: dict[str, list[float]], sample: Callable[[str], list[float]],
