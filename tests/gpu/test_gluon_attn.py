@@ -193,3 +193,36 @@ def test_persistent_units_cover_every_row_block(archives, B, Hq, Hkv, S, causal,
             assert o_err <= bound, f"{name}: |O err| {o_err:.3e} > {bound:.3e}"
             assert lse_err <= family_check.LSE_TOL * max(1.0, ref[1].abs().max().item()), \
                 f"{name}: |LSE err| {lse_err:.3e}"
+
+
+# Keys scaled up along the sequence make every row's max grow from key tile to key tile, by a
+# few units of the exponent (ramps 0.02 and 0.1) and by hundreds, into scores of thousands (ramp
+# 3.0): O's rescale by alpha on each tile, and p against the newest max, carry the result.
+# (A forward that rescaled O only where a row's max grew by more than 2^8 in p failed here and
+# in the grid above: docs/gluon-family.md, item 10.)
+@pytest.mark.parametrize("ramp", [0.02, 0.1, 3.0])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("D", [64, 128])
+def test_row_maxima_growing_along_the_keys(archives, ramp, causal, D):
+    gluon, _ = archives
+    torch.manual_seed(D + int(ramp * 100))
+    B, H, S = 2, 4, 1000
+    q = torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16)
+    growth = 1 + ramp * torch.arange(S, device="cuda", dtype=torch.float32)
+    k = (torch.randn(B, H, S, D, device="cuda") * growth[:, None]).to(torch.bfloat16)
+    v = torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16)
+    scale = 1.0 / math.sqrt(D)
+    ref = family_check.reference(q, k, v, torch.zeros_like(q), causal, scale)
+    names = gluon_kernels(gluon, "bf16", D, causal)
+    with rt.Bundle(gluon) as bundle:
+        for name in names:
+            o = torch.full_like(q, float("nan"))
+            lse = torch.full(q.shape[:3], float("nan"), device="cuda", dtype=torch.float32)
+            rt.forward(bundle, q, k, v, causal=causal, scale=scale, out=o, lse=lse, kernel=name)
+            torch.cuda.synchronize()
+            o_err = (o.float() - ref[0]).abs().max().item()  # NaN compares False: fails
+            lse_err = ((lse - ref[1]).abs() / ref[1].abs().clamp(min=1.0)).max().item()
+            bound = family_check.FLOOR["bf16"] * max(ref[0].abs().max().item(),
+                                                     family_check.MIN_SCALE)
+            assert o_err <= bound, f"{name}: |O err| {o_err:.3e} > {bound:.3e}"
+            assert lse_err <= family_check.LSE_TOL, f"{name}: relative |LSE err| {lse_err:.3e}"

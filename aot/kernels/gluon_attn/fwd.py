@@ -493,8 +493,10 @@ def _epilogue(acc, m_i, l_i, o_desc, o_smem, lse_ptr, b, h, row0, Hq, Sq, sm_sca
               s_layout: gl.constexpr, o_layout: gl.constexpr,
               BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr):
     """O normalised by l, through shared memory and TMA; LSE stored directly."""
-    l_o = gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))
-    o = (acc / gl.expand_dims(l_o, 1)).to(o_smem.dtype)
+    # One reciprocal a row, then a multiply an element: `acc / l` made ptxas emit the full
+    # division's range checks (two compares, two scalings, a select) for every element.
+    inv_l = gl.convert_layout(1.0 / l_i, gl.SliceLayout(1, o_layout))
+    o = (acc * gl.expand_dims(inv_l, 1)).to(o_smem.dtype)
     tma.store_wait(0)  # the previous work tile's O has left o_smem
     o_smem.reshape([BLOCK_M, HEAD_DIM]).store(o)
     fence_async_shared()
