@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Prepared in the twelfth session for the next one (not run): the Gluon forward with l, the
+# row sums of P, from the tensor cores (scripts/fwd_tcsum.patch: P times a tile of ones, one
+# m64n8 wgmma beside each PV, in the two-consumer kernels; docs/gluon-family.md, item 11).
+# The patch applied to the working tree in place (old kernels built from a copy first); the
+# patched test_gluon_attn.py at head dim 128, the row-maxima test and the smoke test; then
+# bench/kernel_ab.py --cycles over both shape sets, old against patched (the three-consumer
+# kernels are the same in both: an A/A control).
+cd "$(dirname "$0")/.."
+export ATTNPACK_COMMIT=${ATTNPACK_COMMIT:-unknown} PYTHONUNBUFFERED=1
+L=/tmp/logs; mkdir -p $L
+rm -rf /tmp/old-tree && mkdir -p /tmp/old-tree && cp -r aot /tmp/old-tree/
+patch -p1 < docs/device-runs/2026-12-02/scripts/fwd_tcsum.patch || { echo "patch failed"; exit 1; }
+FILES="tests/gpu/test_gluon_attn.py" OUT=$L timeout 260 bash build_tools/run_gpu_tests.sh \
+  -k "row_maxima or 128-False or 128-True or smoke" > $L/summary.txt 2>&1
+echo "tests rc $? at $SECONDS s"; tail -n 2 $L/summary.txt
+grep -E "FAILED|^E  " $L/test_gluon_attn.log | cut -c1-600 > $OUT/tests_fail.txt
+tail -n 3 $L/test_gluon_attn.log >> $OUT/tests_fail.txt
+. build_tools/runtime_env.sh $L
+A=attnpack-0.1.0-sm_90.apk
+python3 -m attnpack.cli build --arch sm_90 --all --family gluon --op fwd --dtype bf16 \
+  --kernels /tmp/old-tree/aot/kernels -o /tmp/old -j 16 > $L/build_old.log 2>&1 || echo "build old failed"
+python3 -m attnpack.cli build --arch sm_90 --all --family gluon --op fwd --dtype bf16 -o /tmp/tc -j 16 > $L/build_tc.log 2>&1 || echo "build tc failed"
+echo "archives at $SECONDS s"
+timeout $((590 - SECONDS)) python3 bench/kernel_ab.py --archive old=/tmp/old/$A --archive tc=/tmp/tc/$A \
+  --cycles --reps 15 --shapes bench/shapes.json --shapes bench/model_shapes.json \
+  --json $OUT/ab_tcsum.json > $OUT/ab_tcsum.txt 2>&1
+echo "ab rc $? at $SECONDS s"; tail -n 2 $OUT/ab_tcsum.txt
