@@ -362,3 +362,19 @@ def test_causal_consumers_compute_every_visible_key_tile_and_skip_only_masked_on
     # with 64-key tiles consumer 0 skips one tile wherever its rows stop short of the keys;
     # three consumers, 192 rows reach past some consumer's last key tile wherever there are two
     assert (skipped > 0) == ((N == m or consumers == 3) and Sk > N)
+
+
+def test_key_tile_loop_issues_one_exp2_per_score_and_row(gluon_archive):
+    """The persistent N128 kernel's key-tile loop, found in its SASS by attnpack.builder.sass: a
+    consumer thread holds 64 x 128 / 128 = 64 scores of two rows, so one trip issues 64 + 2
+    exponentials (p, and alpha per row) and the QKᵀ and PV wgmmas, 8 k-steps of 16 each."""
+    if not cuobjdump().is_file():
+        pytest.skip(f"no cuobjdump in the triton package ({cuobjdump()})")
+    from attnpack.builder import sass
+    ar = read_archive(gluon_archive)
+    [rec] = [r for r in ar.kernels if r["name"] == PERSISTENT]
+    code = sass.instructions(ar.image(rec["steps"][0]["image"]))
+    trips = [sass.opcodes(code, span) for span in sass.innermost(sass.loops(code))]
+    key_tile = [t for t in trips if t["HGMMA.64x128x16.F32.BF16"] == 16]
+    assert len(key_tile) == 2, trips  # one loop per consumer partition
+    assert all(t["MUFU.EX2"] == 64 + 2 for t in key_tile), key_tile
