@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Prepared in the twelfth session for the next one (not run): the Gluon forward with l, the
 # row sums of P, from the tensor cores (scripts/fwd_tcsum.patch: P times a tile of ones, one
-# m64n8 wgmma beside each PV, in the two-consumer kernels; docs/gluon-family.md, item 11).
+# m64n8 wgmma beside each PV, where family.fwd_tc_sum says; docs/gluon-family.md, item 11).
 # The patch applied to the working tree in place (old kernels built from a copy first); the
 # patched test_gluon_attn.py at head dim 128, the row-maxima test and the smoke test; then
-# bench/kernel_ab.py --cycles over both shape sets, old against patched (the three-consumer
-# kernels are the same in both: an A/A control).
+# bench/kernel_ab.py --cycles over both shape sets, old against patched (the 20 kernels
+# without TC_SUM are the same in both: an A/A control).
 cd "$(dirname "$0")/.."
 export ATTNPACK_COMMIT=${ATTNPACK_COMMIT:-unknown} PYTHONUNBUFFERED=1
 L=/tmp/logs; mkdir -p $L
