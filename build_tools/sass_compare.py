@@ -27,14 +27,9 @@ from attnpack.family import load_families
 ARCH = "sm_90"
 
 
-def instructions(cubin: bytes) -> list[str]:
-    """The instructions of a cubin, without their addresses (with their control bits)."""
-    return sass.instructions(cubin, encodings=True)
-
-
 def loop_report(old: list[str], new: list[str]) -> list[str]:
     """Lines saying what each innermost loop of one step issues in either tree."""
-    old, new = ([line.split("/*")[0].strip() for line in code] for code in (old, new))
+    old, new = ([sass.without_encoding(line) for line in code] for code in (old, new))
     spans = [sass.innermost(sass.loops(code)) for code in (old, new)]
     lines = [f"  {len(old)} -> {len(new)} instructions; innermost loops "
              f"{[b - a + 1 for a, b in spans[0]]} -> {[b - a + 1 for a, b in spans[1]]}"]
@@ -60,7 +55,9 @@ def tree_code(tree: Path, family: str, op: str, name_filter: str) -> dict:
         if variant.op != op or name_filter not in variant.name:
             continue
         jobs = [CompileJob(variant, step) for step in variant.steps]
-        code[variant.name] = [instructions(job.backend.compile(job).image) for job in jobs]
+        # with their control bits: code the same but for its scheduling still differs
+        code[variant.name] = [sass.instructions(job.backend.compile(job).image, encodings=True)
+                              for job in jobs]
     return code
 
 

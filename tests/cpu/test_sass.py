@@ -16,6 +16,12 @@ def test_opcode_drops_the_predicate_and_keeps_the_modifiers():
     assert sass.opcode("EXIT ;") == "EXIT"
 
 
+def test_without_encoding_keeps_the_instruction_text():
+    listed = "        FMNMX R157, R156, R29, !PT ;   /* 0x0000001d9c9d7209 */"
+    assert sass.without_encoding(listed) == "FMNMX R157, R156, R29, !PT ;"
+    assert sass.opcode(sass.without_encoding(listed)) == "FMNMX"
+
+
 def test_loops_are_backward_branches_of_the_given_lengths():
     # instruction 2 starts a loop whose back edge is instruction 101 (a 100-instruction body);
     # instruction 110 branches forward (no loop); 120 branches back 10 (shorter than asked)

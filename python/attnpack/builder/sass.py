@@ -26,7 +26,12 @@ def instructions(cubin: bytes, encodings: bool = False) -> list[str]:
     scoreboards) the text does not show."""
     code = [_ADDRESS.sub("", line) for line in disassemble(cubin).splitlines()
             if _LISTED.match(line)]
-    return code if encodings else [_ENCODING.sub("", line).strip() for line in code]
+    return code if encodings else [without_encoding(line) for line in code]
+
+
+def without_encoding(instruction: str) -> str:
+    """An instruction listed with its encoding, as the text alone."""
+    return _ENCODING.sub("", instruction).strip()
 
 
 def opcode(instruction: str) -> str:
