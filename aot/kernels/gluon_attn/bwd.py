@@ -282,7 +282,9 @@ def _dkdv_load(q_desc, k_desc, v_desc, do_desc, smem, bars, lse_ptr, delta_ptr,
     # P = exp(scale·s − LSE) = exp2(qk_scale·(s − LSE/scale)): the LSE in score units, the
     # difference taken before the base change. For a power-of-two scale 1/scale is exact, and
     # so is s − LSE/scale = 0 of a row's winning key when |q·k| ~ 1e37 (issue 18's extremes).
-    lse_to_scores = 1.0 / sm_scale
+    # Stored negated (−LSE/scale, −Δ): the consumers broadcast them into the initial
+    # accumulators as they are, with no `0 − x` per element (32 FADD a tile at head dim 128).
+    minus_lse_to_scores = -1.0 / sm_scale
     stage = 0
     phase = 0
     for h in range(blk.h_first, blk.h_end):
@@ -300,9 +302,9 @@ def _dkdv_load(q_desc, k_desc, v_desc, do_desc, smem, bars, lse_ptr, delta_ptr,
             # them across tiles. Rows past Sq get LSE = +inf: P = 0 there with no mask.
             rows = m0 + gl.arange(0, BLOCK_M, layout=row_layout)
             lse = gl.load(lse_ptr + row_base + rows, mask=rows < Sq, other=float("inf"))
-            smem.lse.index(stage).store(lse * lse_to_scores)
-            smem.delta.index(stage).store(gl.load(delta_ptr + row_base + rows, mask=rows < Sq,
-                                                  other=0.0))
+            smem.lse.index(stage).store(lse * minus_lse_to_scores)
+            smem.delta.index(stage).store(-gl.load(delta_ptr + row_base + rows, mask=rows < Sq,
+                                                   other=0.0))
             mbarrier.arrive(ready)  # the second arrival, beside the TMA's expect
             stage, phase = _next_slot(stage, phase, STAGES)
 
@@ -369,13 +371,21 @@ def _store_rows(ptr, stride_b, stride_h, stride_s, value, b, h, row0, n_rows,
 
 
 @gluon.jit
-def _minus_lse(s_zero, lse_row, key0, m0, Sk, s_layout: gl.constexpr, KEYS: gl.constexpr,
+def _row_values(row, s_layout: gl.constexpr, KEYS: gl.constexpr, BLOCK_M: gl.constexpr):
+    """A ring row of per-query values (−LSE/scale or −Δ, stored negated by the load warp),
+    broadcast over KEYS keys in Sᵀ's layout: an initial accumulator with no arithmetic."""
+    col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
+    return gl.expand_dims(row.load(col_layout), 0).broadcast_to([KEYS, BLOCK_M])
+
+
+@gluon.jit
+def _minus_lse(lse_row, key0, m0, Sk, s_layout: gl.constexpr, KEYS: gl.constexpr,
                BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr):
     """Sᵀ's initial accumulator [KEYS keys from key0, BLOCK_M queries from m0]: −LSE/scale of
     each query (from the ring's row `lse_row`), and −inf where the causal diagonal or the end of
     the keys masks the pair (keys past Sk read as zeros, but P there would not be 0)."""
     col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
-    minus_lse = s_zero - gl.expand_dims(lse_row.load(col_layout), 0)
+    minus_lse = _row_values(lse_row, s_layout, KEYS, BLOCK_M)
     needs_mask = key0 + KEYS > Sk
     if CAUSAL:
         needs_mask = needs_mask | (m0 < key0 + KEYS)
@@ -401,18 +411,16 @@ def _dkdv_tile(smem, bars, dq_out, dk_acc, dv_acc, k, v, key0, t, stage, phase, 
     dtype: gl.constexpr = smem.q.dtype
     # Pᵀ and dSᵀ as the A operand of dV/dK: the accumulator's registers, converted in place
     op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=kv_layout, k_width=2)
-    col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
     mbarrier.wait(bars.qdo_ready.index(stage), phase)
     q = smem.q.index(stage).reshape([BLOCK_M, HEAD_DIM])
     do = smem.do.index(stage).reshape([BLOCK_M, HEAD_DIM])
-    s_zero = gl.zeros([HALF_N, BLOCK_M], gl.float32, s_layout)
     # ---- Sᵀ − LSE/scale = K·Qᵀ − LSE/scale and dPᵀ − Δ = V·dOᵀ − Δ, both in flight.
     # The row statistics enter as the initial accumulators, so no registers hold them where
     # pressure peaks (Pᵀ and dSᵀ beside the dK and dV accumulators, at head dim 128).
-    minus_lse = _minus_lse(s_zero, smem.lse.index(stage), key0, m0, Sk, s_layout, HALF_N,
-                           BLOCK_M, CAUSAL)
+    minus_lse = _minus_lse(smem.lse.index(stage), key0, m0, Sk, s_layout, HALF_N, BLOCK_M,
+                           CAUSAL)
     sT = warpgroup_mma(k, q.permute([1, 0]), minus_lse, is_async=True)
-    minus_delta = s_zero - gl.expand_dims(smem.delta.index(stage).load(col_layout), 0)
+    minus_delta = _row_values(smem.delta.index(stage), s_layout, HALF_N, BLOCK_M)
     dpT = warpgroup_mma(v, do.permute([1, 0]), minus_delta, is_async=True)
     sT = warpgroup_mma_wait(1, deps=[sT])
     # ---- Pᵀ = exp(scale·Sᵀ − LSE), at most 1 even where the fp32 LSE rounded below the max;

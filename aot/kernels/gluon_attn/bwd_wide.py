@@ -50,7 +50,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 
 from .bwd import (DQ_ATOMIC, DQ_NONE, HALF_N, DkdvBarriers, DkdvSmem, DqBarriers, DqSmem,
                   _dkdv_load, _dq_load, _dq_probabilities, _key_block, _minus_lse, _next_slot,
-                  _nvmma, _query_block, _store_rows)
+                  _nvmma, _query_block, _row_values, _store_rows)
 
 KEYS = HALF_N  # keys per program: one m64 wgmma row block
 
@@ -68,15 +68,13 @@ def _wide_tile(smem, bars, dq_accum, dk_acc, dv_acc, key0, t, stage, phase, b, h
     HALF_D: gl.constexpr = HEAD_DIM // 2
     COL0: gl.constexpr = CONSUMER * HALF_D
     op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=kv_layout, k_width=2)
-    col_layout: gl.constexpr = gl.SliceLayout(0, s_layout)
     mbarrier.wait(bars.qdo_ready.index(stage), phase)
     q = smem.q.index(stage).reshape([BLOCK_M, HEAD_DIM])
     do = smem.do.index(stage).reshape([BLOCK_M, HEAD_DIM])
-    s_zero = gl.zeros([KEYS, BLOCK_M], gl.float32, s_layout)
     if CONSUMER == 0:
         # ---- Sᵀ − LSE/scale = K·Qᵀ − LSE/scale, the mask (−inf) in the initial accumulator
-        minus_lse = _minus_lse(s_zero, smem.lse.index(stage), key0, m0, Sk, s_layout, KEYS,
-                               BLOCK_M, CAUSAL)
+        minus_lse = _minus_lse(smem.lse.index(stage), key0, m0, Sk, s_layout, KEYS, BLOCK_M,
+                               CAUSAL)
         k = smem.k.index(0).reshape([KEYS, HEAD_DIM])
         sT = warpgroup_mma(k, q.permute([1, 0]), minus_lse, is_async=True)
         sT = warpgroup_mma_wait(0, deps=[sT])
@@ -92,7 +90,7 @@ def _wide_tile(smem, bars, dq_accum, dk_acc, dv_acc, key0, t, stage, phase, b, h
         dv_acc, dk_acc, pT_op = warpgroup_mma_wait(0, deps=[dv_acc, dk_acc, pT_op])
     else:
         # ---- dPᵀ − Δ = V·dOᵀ − Δ while consumer 0 computes Sᵀ
-        minus_delta = s_zero - gl.expand_dims(smem.delta.index(stage).load(col_layout), 0)
+        minus_delta = _row_values(smem.delta.index(stage), s_layout, KEYS, BLOCK_M)
         v = smem.v.index(0).reshape([KEYS, HEAD_DIM])
         dpT = warpgroup_mma(v, do.permute([1, 0]), minus_delta, is_async=True)
         dpT = warpgroup_mma_wait(0, deps=[dpT])
