@@ -197,6 +197,32 @@ def test_docs_summary_is_the_committed_sm_90_db():
                                                        "sm_90.jsonl").entries)
 
 
+def test_backward_keys_are_timed_with_enough_dkdv_programs_within_their_class():
+    """A backward key's timing batch gives its dK/dV kernel at least BWD_MIN_PROGRAMS programs
+    (one per 128 keys of a (batch, KV head) pair) unless its streams class or the caps stop it,
+    and never moves the key to another streams class."""
+    import math
+    from attnpack.tune.buckets import STREAM_BOUNDS, streams_class
+    from attnpack.tune.runner import (BWD_KEYS_PER_PROGRAM, BWD_MIN_PROGRAMS, MAX_GRID_Y,
+                                      TIMED_BYTES, TIMED_FLOP, flops, standard_keys, timing_shape)
+    for key in standard_keys(ops=("bwd",)):
+        B, Hq, Hkv, Sq, Sk, D = timing_shape(key)
+        programs = B * Hkv * math.ceil(Sk / BWD_KEYS_PER_PROGRAM)
+        at_cap = (key.streams == STREAM_BOUNDS[0] and (B + 1) * Hkv > STREAM_BOUNDS[0]) \
+            or (B + 1) * Hq > MAX_GRID_Y \
+            or 4 * D * (B + 1) * (2 * Hq * Sq + 2 * Hkv * Sk) > TIMED_BYTES
+        assert programs >= BWD_MIN_PROGRAMS or at_cap, (key, B)
+        assert streams_class(B, Hkv) == key.streams, key
+        # the floor adds no more batches than it needs
+        fwd_batch = math.ceil(TIMED_FLOP / flops("fwd", 1, Hq, Sq, Sk, D, key.causal))
+        needed = math.ceil(BWD_MIN_PROGRAMS / (Hkv * math.ceil(Sk / BWD_KEYS_PER_PROGRAM)))
+        assert B <= max(fwd_batch, needed), (key, B)
+    # run62's key: B = 1 x 8 KV heads at Sk 4096 gave 256 programs; now 512
+    key = [k for k in standard_keys(ops=("bwd",), dtypes=("bf16",), head_dims=(128,), gqas=(8,))
+           if k.causal and k.sq == k.sk == 4096][0]
+    assert timing_shape(key)[0] == 2
+
+
 def test_decode_keys_are_timed_as_serving_runs_them():
     """Sq bucket 16: one new token for the sequences of the key's streams class, not a batch
     grown to fill the GPU."""

@@ -42,6 +42,16 @@ HOST_LEAD_CYCLES = 200_000   # about 100-120 us of GPU time at the H200's clocks
 MAX_GRID_Y = 65535
 TIMED_BYTES = 8 << 30
 TIMING_HEADS_KV = 8
+# The backward's dK/dV kernels (both families) run one program per BWD_KEYS_PER_PROGRAM keys of a
+# (batch, KV head) pair. A long key's TIMED_FLOP batch can leave them two waves on an H200 (B = 1
+# x 8 KV heads at Sk 4096: 256 programs), where the tail of a causal grid decides, and a kernel
+# that loses at the shapes the key serves wins the key: run62 picked the deterministic Gluon
+# backward at GQA 8, head dim 128, causal, Sq = Sk 4096 by 1.4 % at B = 1, while at B = 4 (1024
+# programs; Qwen2.5-72B) the fast one was 1.14x faster in the same run (run63's cycles), and at
+# 384-512 programs 1.05-1.13x. Backward keys are timed with at least BWD_MIN_PROGRAMS of them,
+# as far as the key's streams class and the caps allow.
+BWD_MIN_PROGRAMS = 512
+BWD_KEYS_PER_PROGRAM = 128
 # decode keys: sequences timed per streams class; x 8 KV heads, 32 and 128 (batch, KV head) pairs
 DECODE_SEQUENCES = {64: 4, 128: 16}
 # The run-off. The same kernel timed at the same key in two tuning runs (run42 and run43 of
@@ -109,15 +119,22 @@ def _prefill_batch(op: str, head_dim: int, causal: bool, gqa: int, sq: int, sk: 
     hkv, hq = TIMING_HEADS_KV, TIMING_HEADS_KV * gqa
     per_batch = flops("fwd", 1, hq, sq, sk, head_dim, causal)
     bytes_per_batch = 2 * head_dim * (2 * hq * sq + 2 * hkv * sk) * (2 if op == "bwd" else 1)
-    return max(1, min(MAX_GRID_Y // hq, TIMED_BYTES // bytes_per_batch,
-                      math.ceil(TIMED_FLOP / per_batch)))
+    most = max(1, min(MAX_GRID_Y // hq, TIMED_BYTES // bytes_per_batch))
+    batch = min(most, math.ceil(TIMED_FLOP / per_batch))
+    if op == "bwd":
+        if streams_class(batch, hkv) == STREAM_BOUNDS[0]:
+            most = min(most, max(1, STREAM_BOUNDS[0] // hkv))  # the key keeps its class
+        programs = math.ceil(sk / BWD_KEYS_PER_PROGRAM) * hkv
+        batch = max(batch, min(most, math.ceil(BWD_MIN_PROGRAMS / programs)))
+    return batch
 
 
 def timing_shape(key: TuneKey) -> tuple[int, int, int, int, int, int]:
-    """(B, Hq, Hkv, Sq, Sk, D): Hkv=8, Hq=8·gqa, B grown until a call does TIMED_FLOP, but
-    B·Hq stays within a launch grid's y dimension (MAX_GRID_Y), where the kernels put it, and
-    q, k, v, o (with their gradients for bwd) within TIMED_BYTES. Such a key's streams class is
-    that batch's (natural_key); another is refused.
+    """(B, Hq, Hkv, Sq, Sk, D): Hkv=8, Hq=8·gqa, B grown until a call does TIMED_FLOP (a
+    backward's also until its dK/dV kernel runs BWD_MIN_PROGRAMS programs, within its streams
+    class), but B·Hq stays within a launch grid's y dimension (MAX_GRID_Y), where the kernels
+    put it, and q, k, v, o (with their gradients for bwd) within TIMED_BYTES. Such a key's
+    streams class is that batch's (natural_key); another is refused.
 
     Decode keys (Sq bucket 16) are timed as serving runs them instead: one new token (Sq = 1)
     for the batch DECODE_SEQUENCES names for the key's streams class. Grown to TIMED_FLOP the
