@@ -42,8 +42,9 @@ HOST_LEAD_CYCLES = 200_000   # about 100-120 us of GPU time at the H200's clocks
 MAX_GRID_Y = 65535
 TIMED_BYTES = 8 << 30
 TIMING_HEADS_KV = 8
-# The backward's dK/dV kernels (both families) run one program per BWD_KEYS_PER_PROGRAM keys of a
-# (batch, KV head) pair. A long key's TIMED_FLOP batch can leave them two waves on an H200 (B = 1
+# The backward's dK/dV kernels run about one program per BWD_KEYS_PER_PROGRAM keys of a (batch,
+# KV head) pair (the Gluon ones exactly; 64 in its head-dim-256 wide kernels; the triton ones
+# 64 or 128 by config). A long key's TIMED_FLOP batch can leave them two waves on an H200 (B = 1
 # x 8 KV heads at Sk 4096: 256 programs), where the tail of a causal grid decides, and a kernel
 # that loses at the shapes the key serves wins the key: run62 picked the deterministic Gluon
 # backward at GQA 8, head dim 128, causal, Sq = Sk 4096 by 1.4 % at B = 1, while at B = 4 (1024
