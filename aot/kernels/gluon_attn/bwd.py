@@ -212,9 +212,9 @@ def _key_block(Hq, Hkv, Sq, Sk, BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr,
 @aggregate
 class DkdvSmem:
     """Shared memory of a dK/dV program. Here K and V are stored as two 64-key halves, one per
-    consumer; the ring holds each query tile's Q, dO, LSE (in score units, LSE/scale) and Δ;
-    dSᵀ is [2 * slot + half, 64 keys, BLOCK_M queries] (fast variant only); dq is each
-    consumer's fp32 dQ share on its way to a TMA reduce-add (DQ_TMA only). bwd_wide.py's
+    consumer; the ring holds each query tile's Q, dO, −LSE/scale (the LSE in score units,
+    negated) and −Δ; dSᵀ is [2 * slot + half, 64 keys, BLOCK_M queries] (fast variant only); dq
+    is each consumer's fp32 dQ share on its way to a TMA reduce-add (DQ_TMA only). bwd_wide.py's
     program holds one K and V tile, one dSᵀ tile, and Pᵀ (`p`, fp32), handed between its
     consumers; unused slots hold another buffer."""
     k: gl.shared_memory_descriptor
