@@ -9,10 +9,10 @@ cd "$(dirname "$0")/.."
 export ATTNPACK_COMMIT=${ATTNPACK_COMMIT:-unknown} PYTHONUNBUFFERED=1
 L=/tmp/logs2; mkdir -p $L
 # after runBT.sh on the same machine: tune on the longest-first grids if it kept them
-if [ "$(cat /tmp/bo_state 2>/dev/null)" = lpt ]; then
+if [ "$(cat /tmp/ab_state 2>/dev/null)" = lpt ]; then
   grep -q "_block_and_head" aot/kernels/gluon_attn/bwd.py || patch -p1 < docs/device-runs/2026-12-02/scripts/bwd_lpt.patch
 fi
-echo "runBT state: $(cat /tmp/bo_state 2>/dev/null || echo none)" | tee $OUT/state.txt
+echo "runBT state: $(cat /tmp/ab_state 2>/dev/null || echo none)" | tee $OUT/state.txt
 . build_tools/runtime_env.sh $L
 ( time python3 -m attnpack.cli build --arch sm_90 --all --family triton --family gluon -o /tmp/ta -j 16 ) > $L/build_tuning.log 2>&1
 echo "archive rc $? at $SECONDS s"; tail -n 3 $L/build_tuning.log

@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Prepared in the thirteenth session (from runBP.sh, run64): the committed tree, with
-# scripts/bwd_lpt.patch applied if runBT.sh kept it on this machine (/tmp/bo_state): the build,
+# scripts/bwd_lpt.patch applied if runBT.sh kept it on this machine (/tmp/ab_state): the build,
 # `attnpack bench` fwd and fwdbwd over both sets, then test_torch_sdpa.py; runBR.sh's entries
 # merged first where it left them in /tmp/tuned.
 cd "$(dirname "$0")/.."
 export ATTNPACK_COMMIT=${ATTNPACK_COMMIT:-unknown} PYTHONUNBUFFERED=1
 L=/tmp/logs3; mkdir -p $L
-state=$(cat /tmp/bo_state 2>/dev/null || echo none)
+state=$(cat /tmp/ab_state 2>/dev/null || echo none)
 echo "runBT state: $state" | tee $OUT/state.txt
 if [ "$state" = lpt ]; then
   grep -q "_block_and_head" aot/kernels/gluon_attn/bwd.py || patch -p1 < docs/device-runs/2026-12-02/scripts/bwd_lpt.patch
