@@ -12,6 +12,7 @@ import struct
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from attnpack import abi
@@ -378,3 +379,120 @@ def test_key_tile_loop_issues_one_exp2_per_score_and_row(gluon_archive):
     key_tile = [t for t in trips if t["HGMMA.64x128x16.F32.BF16"] == 16]
     assert len(key_tile) == 2, trips  # one loop per consumer partition
     assert all(t["MUFU.EX2"] == 64 + 2 for t in key_tile), key_tile
+
+
+class _NumpyGl:
+    """gl's tensor functions over numpy float32 arrays, to run fwd's softmax helpers
+    (_reference, _softmax, _row_lse) as plain Python. fma rounds once, as the GPU's FFMA does:
+    a product of two float32s is exact in float64."""
+    int32, float32 = np.int32, np.float32
+    abs, where, maximum, exp2, log2 = np.abs, np.where, np.maximum, np.exp2, np.log2
+    expand_dims = staticmethod(np.expand_dims)
+    max = staticmethod(lambda x, axis: np.max(x, axis))
+    sum = staticmethod(lambda x, axis: np.sum(x, axis, dtype=np.float32))
+    arange = staticmethod(lambda a, b, layout=None: np.arange(a, b))
+    SliceLayout = staticmethod(lambda *args: None)
+    cast = staticmethod(lambda x, dtype, bitcast=False: x.view(dtype) if bitcast else x.astype(dtype))
+    fma = staticmethod(lambda x, y, z: (np.float64(x) * y + z).astype(np.float32))
+
+
+def _online_softmax(monkeypatch, s, v, scale, block_n, causal=False):
+    """O and LSE of one consumer's rows from their float32 scores s [M, Sk], key tile by key
+    tile through fwd._softmax as _attend calls it, then fwd._row_lse as the epilogue does."""
+    fwd = _fwd_module()
+    monkeypatch.setattr(fwd, "gl", _NumpyGl)
+    for name in ("HUGE_SCALED_MAX", "ULP_BUMP", "LOG2E", "LN2"):
+        monkeypatch.setattr(fwd, name, np.float32(getattr(fwd, name).value))
+    monkeypatch.setattr(fwd, "_reference", fwd._reference.fn)  # called from the other two
+    rows, Sk = s.shape
+    m_i = np.full(rows, -np.inf, np.float32)
+    l_i = np.zeros(rows, np.float32)
+    r_i = np.full(rows, -np.inf, np.float32)
+    acc = np.zeros((rows, v.shape[1]), np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for j in range(-(-Sk // block_n)):
+            tile = np.zeros((rows, block_n), np.float32)  # TMA zero-fills keys past Sk
+            tile[:, :min(block_n, Sk - j * block_n)] = s[:, j * block_n:(j + 1) * block_n]
+            v_tile = np.zeros((block_n, v.shape[1]), np.float32)
+            v_tile[:min(block_n, Sk - j * block_n)] = v[j * block_n:(j + 1) * block_n]
+            p, alpha, m_i, l_i, r_i = fwd._softmax.fn(
+                tile, m_i, l_i, r_i, j, 0, Sk, np.float32(scale * fwd.LOG2E), None, rows, block_n,
+                causal)
+            assert p.dtype == alpha.dtype == np.float32 and (p <= 1).all() and (alpha <= 1).all()
+            acc = acc * alpha[:, None] + p @ v_tile
+        return acc / l_i[:, None], fwd._row_lse.fn(m_i, l_i, np.float32(scale))
+
+
+def _float64_softmax(s, v, scale, causal=False):
+    z = s.astype(np.float64) * scale
+    if causal:
+        z = np.where(np.arange(s.shape[1])[None, :] <= np.arange(s.shape[0])[:, None], z, -np.inf)
+    top = z.max(1, keepdims=True)
+    w = np.exp(z - top)
+    return (w @ v.astype(np.float64)) / w.sum(1, keepdims=True), top[:, 0] + np.log(w.sum(1))
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("block_n", [64, 128])
+@pytest.mark.parametrize("magnitude", [1.0, 30.0, 3e3])
+def test_softmax_reference_keeps_o_and_lse_of_ordinary_scores(monkeypatch, magnitude, block_n,
+                                                              causal):
+    """p = exp2(a·s − r) with r m·scale rounded up (fwd._reference): against float64, O and the
+    LSE of scores of every size a model gives, including maxima that grow along the keys (the
+    later tiles rescale the earlier ones through r_i − r_new)."""
+    rng = np.random.default_rng(7)
+    rows, Sk, d = 64, 300, 16
+    s = (rng.standard_normal((rows, Sk)) * magnitude).astype(np.float32)
+    s += np.linspace(0, 4 * magnitude, Sk, dtype=np.float32)[None, :] * (np.arange(rows) % 2)[:, None]
+    v = rng.standard_normal((Sk, d)).astype(np.float32)
+    o, lse = _online_softmax(monkeypatch, s, v, 0.125, block_n, causal)
+    o_ref, lse_ref = _float64_softmax(s, v, 0.125, causal)
+    assert np.isfinite(o).all() and np.isfinite(lse).all()
+    assert np.abs(o - o_ref).max() <= 1e-5 * max(1.0, np.abs(o_ref).max())
+    assert np.abs(lse - lse_ref).max() <= 4e-7 * max(1.0, np.abs(lse_ref).max())
+
+
+@pytest.mark.parametrize("value", [133120.0, 65504.0, 1e18, -1e18])
+@pytest.mark.parametrize("kind", ["ties", "onehot"])
+def test_softmax_reference_is_exact_on_extreme_scores(monkeypatch, value, kind):
+    """Scores past 2^29 in the exponent (PyTorch's extreme-value contract, e.g. q = k = 133120
+    in bf16 at head dim 64: q.k/8 ~ 1.4e11): a = K, a power of two, so ties with the max get p = 1
+    exactly and the rest 0. With scale 1/8 the answers are exact: O is the mean of the tied
+    keys' v, and the LSE is m/8 + ln(ties) as float64 rounds it to float32."""
+    rows, Sk, d = 8, 200, 4
+    q_dot_k = np.float32(value) * np.float32(value) * 64 * np.sign(value)
+    if kind == "ties":
+        s = np.full((rows, Sk), q_dot_k, np.float32)
+    else:  # key 0 wins every row outright: the others lie an exponent-worth below it
+        s = np.tile((q_dot_k * (1 - np.arange(Sk) / 64.0 * np.sign(q_dot_k))).astype(np.float32), (rows, 1))
+    v = np.random.default_rng(1).standard_normal((Sk, d)).astype(np.float32)
+    o, lse = _online_softmax(monkeypatch, s, v, 0.125, 64)
+    winners = Sk if kind == "ties" else 1
+    assert np.array_equal(o, np.tile(v[:winners].sum(0, dtype=np.float32) / winners, (rows, 1))) \
+        if kind == "onehot" else np.allclose(o, v.mean(0), rtol=1e-5, atol=1e-6)
+    want = np.float32(np.float64(s[0, 0]) * 0.125 + math.log(winners))
+    assert np.array_equal(lse, np.full(rows, want)) if kind == "onehot" else \
+        np.allclose(lse, want, rtol=1e-7)
+
+
+def test_softmax_reference_follows_maxima_across_its_two_ranges(monkeypatch):
+    """Rows whose running max crosses 2^29 in the exponent (and back, for negative scores), or
+    doubles past it so K halves, between key tiles: O and the LSE stay finite and match float64
+    (where the max moves past 2^29 the earlier tiles weigh under 2^-32 of it)."""
+    scale = 0.125
+    edge = np.float32(2.0 ** 29 / (scale * math.log2(math.e)))  # |m|·scale·log2 e = 2^29
+    ladders = [
+        [edge * 0.5, edge * 0.999, edge * 1.001, edge * 2.5],     # normal -> huge -> K halves
+        [-edge * 8, -edge * 1.5, -edge * 0.9, -edge * 0.01],       # huge -> normal (negative)
+        [edge * 0.999, edge * 0.999, edge * 0.999, edge * 0.999],  # ties just below the edge
+    ]
+    block_n, d = 64, 8
+    rng = np.random.default_rng(3)
+    s = np.stack([np.repeat(np.array(ladder, np.float32), block_n) for ladder in ladders])
+    s[:, ::7] -= np.abs(s[:, ::7]) * np.float32(1e-6)  # a spread below each tile's max
+    v = rng.standard_normal((s.shape[1], d)).astype(np.float32)
+    o, lse = _online_softmax(monkeypatch, s, v, scale, block_n)
+    o_ref, lse_ref = _float64_softmax(s, v, scale)
+    assert np.isfinite(o).all() and np.isfinite(lse).all()
+    assert np.abs(o - o_ref).max() <= 1e-5 * np.abs(o_ref).max()
+    assert np.abs(lse - lse_ref).max() <= 4e-7 * np.abs(lse_ref).max()

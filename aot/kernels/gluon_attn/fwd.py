@@ -266,18 +266,43 @@ def _release_landed(bars, count, STAGES: gl.constexpr):
 
 
 # --------------------------------------------------------------------------------------------
-# softmax: online, in the log2 domain. The running row max m is kept on unscaled scores and
-# subtracted before the scale multiplies: the max element then gets exp2(0) = 1 exactly, however
-# large the scores. (Subtracting a scaled max from scaled scores lets the compiler fuse the
-# multiply into the subtraction as one FMA that keeps the product unrounded; with |q.k|*scale
-# near 1e11 the max element's exponent becomes the product's rounding error, thousands, and
-# exp2 of it overflows to inf and the row to NaN.)
+# softmax: online, in the log2 domain, one FFMA a score: p = exp2(a·s − r), with a row's scale a
+# and reference r from _reference(m) of its running max m. The reference only has to be one
+# number per row that O, l and the rescale all share: with r in place of m·scale every p of
+# the row carries the same factor 2^(m·scale − r), which cancels in O = Σ p v / Σ p, and the
+# LSE adds it back (_row_lse). Two cases:
+# - the scores' magnitude |m|·scale < 2^29 (every real input): a = scale and r is m·scale
+#   rounded up by one to two ulps, so the max element's exponent m·scale − r (exact inside the
+#   FFMA) lies in [−2.5, 0) ulps of r, more than −80: p never exceeds 1 and never flushes to 0.
+# - beyond (PyTorch's extreme-value contract: |q.k|·scale ~1e11 and more): r = m·scale rounded
+#   could be thousands off, so exp2 of the max element would overflow. There a = K, the power of
+#   two that puts |m|·K in [2^30, 2^31): m·K is exact, ties with the max get p = 1 exactly, and
+#   every other score lies at least ulp(m)·K / 2 = 64 below (p <= 2^-64). In the true softmax
+#   those scores weigh at most 2^-16 of the max's (ulp(m)·scale / 2 >= 16 there): the error is
+#   that small, and the exact cases (one key, a one-hot winner) stay exact.
 # --------------------------------------------------------------------------------------------
+HUGE_SCALED_MAX = gl.constexpr(536870912.0)  # 2^29
+ULP_BUMP = gl.constexpr(1.1920928955078125e-07)  # 2^-23: |x|·2^-23 is one to two ulps of x
+
+
 @gluon.jit
-def _softmax(s, m_i, l_i, j, row0, Sk, qk_scale,
+def _reference(m, qk_scale):
+    """(a, r, huge) of rows whose running max is m: p = exp2(a·s − r) (see above)."""
+    mc = m * qk_scale
+    huge = gl.abs(mc) >= HUGE_SCALED_MAX
+    # K = 2^(30 − e) for m = ±1.f·2^e: its biased exponent is 284 − m's, built from the bits
+    exponent = gl.cast(m, gl.int32, bitcast=True) & 0x7F800000
+    k = gl.cast((142 << 23) - exponent + (142 << 23), gl.float32, bitcast=True)  # 284 << 23 > int32
+    a = gl.where(huge, k, qk_scale)
+    r = gl.where(huge, m * k, gl.fma(gl.abs(mc), ULP_BUMP, mc))
+    return a, r, huge
+
+
+@gluon.jit
+def _softmax(s, m_i, l_i, r_i, j, row0, Sk, qk_scale,
              s_layout: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr,
              CAUSAL: gl.constexpr):
-    """Returns (p, alpha, m_new, l_new) for score tile j of this consumer's rows."""
+    """Returns (p, alpha, m_new, l_new, r_new) for score tile j of this consumer's rows."""
     col0 = j * BLOCK_N
     # Only tiles that cross the diagonal or the end of the keys need a mask.
     needs_mask = col0 + BLOCK_N > Sk
@@ -293,10 +318,14 @@ def _softmax(s, m_i, l_i, j, row0, Sk, qk_scale,
     # Every row keeps key 0 visible (top-left causal), so m_new is finite from the first tile
     # on and a fully masked later tile gives p = 0, alpha = 1.
     m_new = gl.maximum(m_i, gl.max(s, 1))
-    p = gl.exp2((s - gl.expand_dims(m_new, 1)) * qk_scale)
-    alpha = gl.exp2((m_i - m_new) * qk_scale)
+    a, r_new, huge = _reference(m_new, qk_scale)
+    p = gl.exp2(gl.fma(s, gl.expand_dims(a, 1), -gl.expand_dims(r_new, 1)))
+    # O and l so far are in units of 2^r_i; a row past HUGE_SCALED_MAX whose max moved drops
+    # them (they were all at least 2^-16 below it, and r_i − r_new may change sign when K
+    # does). r_i starts at −inf, so the first tile's alpha is 0.
+    alpha = gl.exp2(gl.where(huge & (m_i != m_new), -float("inf"), r_i - r_new))
     l_new = l_i * alpha + gl.sum(p, 1)
-    return p, alpha, m_new, l_new
+    return p, alpha, m_new, l_new, r_new
 
 
 # --------------------------------------------------------------------------------------------
@@ -383,6 +412,7 @@ def _attend(q, smem, bars, base, n_tiles, row0, Sk, sm_scale,
     qk_scale = sm_scale * LOG2E  # the exponent's scale: softmax runs in base 2
     m_i = gl.full([BLOCK_M], -float("inf"), gl.float32, gl.SliceLayout(1, s_layout))
     l_i = gl.full([BLOCK_M], 0.0, gl.float32, gl.SliceLayout(1, s_layout))
+    r_i = gl.full([BLOCK_M], -float("inf"), gl.float32, gl.SliceLayout(1, s_layout))
     acc = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
     p = gl.zeros([BLOCK_M, BLOCK_N], dtype, p_layout)
     s_zero = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, s_layout)
@@ -396,7 +426,7 @@ def _attend(q, smem, bars, base, n_tiles, row0, Sk, sm_scale,
         _pass_turn(CONSUMER, CONSUMERS)
         s = warpgroup_mma_wait(0, deps=[s_tok])
         _release_k(bars, base % STAGES, STAGES)
-        p_f32, alpha, m_i, l_i = _softmax(s, m_i, l_i, 0, row0, Sk, qk_scale,
+        p_f32, alpha, m_i, l_i, r_i = _softmax(s, m_i, l_i, r_i, 0, row0, Sk, qk_scale,
                                           s_layout, BLOCK_M, BLOCK_N, CAUSAL)
         p = gl.convert_layout(p_f32.to(dtype), p_layout)
         for j in range(1, n_own):
@@ -417,7 +447,7 @@ def _attend(q, smem, bars, base, n_tiles, row0, Sk, sm_scale,
             # may still run, behind this softmax.
             s = warpgroup_mma_wait(1, deps=[s_tok])
             _release_k(bars, stage, STAGES)
-            p_f32, alpha, m_i, l_i = _softmax(s, m_i, l_i, j, row0, Sk, qk_scale,
+            p_f32, alpha, m_i, l_i, r_i = _softmax(s, m_i, l_i, r_i, j, row0, Sk, qk_scale,
                                               s_layout, BLOCK_M, BLOCK_N, CAUSAL)
             # p (tile j-1) is PV's register operand: it stays alive until PV is done.
             acc, p = warpgroup_mma_wait(0, deps=[acc, p])
@@ -446,7 +476,7 @@ def _attend(q, smem, bars, base, n_tiles, row0, Sk, sm_scale,
             # Hand the turn over: the next warpgroup's GEMMs now overlap this softmax.
             _pass_turn(CONSUMER, CONSUMERS)
 
-            p_f32, alpha, m_i, l_i = _softmax(s, m_i, l_i, j, row0, Sk, qk_scale,
+            p_f32, alpha, m_i, l_i, r_i = _softmax(s, m_i, l_i, r_i, j, row0, Sk, qk_scale,
                                               s_layout, BLOCK_M, BLOCK_N, CAUSAL)
             acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
             p = gl.convert_layout(p_f32.to(dtype), p_layout)
@@ -489,6 +519,15 @@ def _idle(bars, base, n_tiles, CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr,
 
 
 @gluon.jit
+def _row_lse(m_i, l_i, sm_scale):
+    """ln(sum exp(scale·s)) of rows with max m_i whose p = 2^(a·s − r) sum to l_i: scale·m +
+    ln l − (a·m − r)·ln 2, where a·m − r is 0 for the huge rows and within three ulps of r
+    below 0 otherwise (_reference)."""
+    a, r, huge = _reference(m_i, sm_scale * LOG2E)
+    return m_i * sm_scale + (gl.log2(l_i) - gl.fma(m_i, a, -r)) * LN2
+
+
+@gluon.jit
 def _epilogue(acc, m_i, l_i, o_desc, o_smem, lse_ptr, b, h, row0, Hq, Sq, sm_scale,
               s_layout: gl.constexpr, o_layout: gl.constexpr,
               BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr):
@@ -502,8 +541,7 @@ def _epilogue(acc, m_i, l_i, o_desc, o_smem, lse_ptr, b, h, row0, Hq, Sq, sm_sca
     fence_async_shared()
     tma.async_copy_shared_to_global(o_desc, [b, h, row0, 0], o_smem)
 
-    # m_i is the unscaled row max; lse = ln(sum exp(scale·s)) = scale·m + ln l.
-    lse = m_i * sm_scale + gl.log2(l_i) * LN2
+    lse = _row_lse(m_i, l_i, sm_scale)
     rows = row0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
     lse_base = (b.to(gl.int64) * Hq + h) * Sq
     gl.store(lse_ptr + lse_base + rows, lse, mask=rows < Sq)
