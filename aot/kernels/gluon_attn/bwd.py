@@ -192,13 +192,45 @@ class KeyBlock:
         return gl.where(wrap, h + 1, h), gl.where(wrap, self.m_first, m0)
 
 
+# Under causal a head's blocks differ in work (a dK/dV program's first key block sees every
+# query, its last a few; a dQ program's last query block sees every key), and the GPU starts
+# programs in the order of their linear id, x fastest. With the blocks on x, each head's longest
+# block starts first, but the last heads' long blocks start late and run alone at the end: a
+# list-scheduling model of 132 SMs puts that order at 1.14-1.38x the ideal makespan on the GQA
+# 4-8 model shapes (docs/gluon-bwd.md). Heads on x instead (every head's longest block first,
+# run66) gained up to 1.11x where B·heads <= 32, but lost up to 15 % at 128 and more (our
+# reading: the programs running together then read that many heads' Q and dO, where blocks on x
+# have a few heads' in L2 at a time).
+# So the grid stays (blocks, B·heads) and its linear ids are read in groups of HEAD_GROUP heads
+# (a power of two): within a group, block by block across its heads (longest first), group
+# after group.
+HEAD_GROUP = gl.constexpr(8)
+
+
+@gluon.jit
+def _block_and_head(CAUSAL: gl.constexpr):
+    """(block, batch·head) of this program on the grid (blocks, B·heads): under causal in
+    groups of HEAD_GROUP heads, longest block first across a group (above); otherwise as the
+    grid has it, a head's blocks side by side."""
+    if CAUSAL:
+        first = (gl.program_id(1) // HEAD_GROUP) * HEAD_GROUP  # the group's first head
+        rest = (gl.program_id(1) - first) * gl.num_programs(0) + gl.program_id(0)
+        # A last group of fewer heads keeps the grid's order: a division by its width cost the
+        # dK/dV kernels registers (16-byte spills).
+        whole = first + HEAD_GROUP <= gl.num_programs(1)
+        return (gl.where(whole, rest // HEAD_GROUP, gl.program_id(0)),
+                gl.where(whole, first + rest % HEAD_GROUP, gl.program_id(1)))
+    else:
+        return gl.program_id(0), gl.program_id(1)
+
+
 @gluon.jit
 def _key_block(Hq, Hkv, Sq, Sk, BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr,
                KEY_TILES: gl.constexpr):
-    """grid: (cdiv(Sk, KEY_TILES * HALF_N), B * Hkv). Under causal the first key blocks see the
-    most queries, and block 0 launches first."""
-    n0 = gl.program_id(0) * (KEY_TILES * HALF_N)
-    bh = gl.program_id(1)
+    """grid: (cdiv(Sk, KEY_TILES * HALF_N), B * Hkv), read in head groups under causal
+    (_block_and_head), where the first key blocks see the most queries and start first."""
+    block, bh = _block_and_head(CAUSAL)
+    n0 = block * (KEY_TILES * HALF_N)
     if CAUSAL:
         # queries above the diagonal see none of these keys: start at the tile holding row n0
         m_first = (n0 // BLOCK_M) * BLOCK_M
@@ -640,10 +672,10 @@ class QueryBlock:
 @gluon.jit
 def _query_block(Hq, Hkv, Sq, Sk, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
                  Q_TILES: gl.constexpr):
-    """grid: (cdiv(Sq, Q_TILES * 64), B * Hq); the last (under causal the longest) block comes
-    first."""
-    start = (gl.num_programs(0) - 1 - gl.program_id(0)) * (Q_TILES * HALF_N)
-    bh = gl.program_id(1)
+    """grid: (cdiv(Sq, Q_TILES * 64), B * Hq), read in head groups under causal
+    (_block_and_head); the last (under causal the longest) block comes first."""
+    block, bh = _block_and_head(CAUSAL)
+    start = (gl.num_programs(0) - 1 - block) * (Q_TILES * HALF_N)
     h = bh % Hq
     hi = Sk
     if CAUSAL:

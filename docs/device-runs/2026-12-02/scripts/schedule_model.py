@@ -37,3 +37,31 @@ if __name__ == "__main__":
         ideal = sum(works) / SMS
         print(f"{S:6d} {B:2d} {hkv:3d} {gqa}: {makespan(works) / ideal:.3f} | "
               f"{makespan(sorted(works, reverse=True)) / ideal:.3f}")
+
+
+def grouped(S, B, hkv, gqa, group=8, keys=128, rows=64):
+    """Works in launch order of the same grid read in head groups (bwd._block_and_head,
+    fourteenth session): within `group` heads block by block, group after group; a last group
+    of fewer heads in the grid's order."""
+    blocks, heads = math.ceil(S / keys), B * hkv
+    work = lambda kb: gqa * math.ceil((S - kb * keys) / rows) + 2
+    order = []
+    for first in range(0, heads, group):
+        if first + group <= heads:
+            order += [work(kb) for kb in range(blocks) for _ in range(group)]
+        else:
+            order += [work(kb) for _ in range(first, heads) for kb in range(blocks)]
+    return order
+
+
+def grouped_report():
+    """python3 -c 'import schedule_model as m; m.grouped_report()': the three orders."""
+    print("S, B, Hkv, GQA: makespan / ideal, head by head | longest first | groups of 8")
+    for S, B, hkv, gqa in [(8192, 1, 8, 8), (4096, 4, 8, 8), (2048, 8, 8, 8), (3000, 4, 4, 7),
+                           (8192, 2, 4, 7), (4096, 4, 8, 4), (2048, 8, 8, 4), (2048, 8, 16, 1),
+                           (4096, 4, 32, 1)]:
+        works = grid(S, B, hkv, gqa)
+        ideal = sum(works) / SMS
+        print(f"{S:6d} {B:2d} {hkv:3d} {gqa}: {makespan(works) / ideal:.3f} | "
+              f"{makespan(sorted(works, reverse=True)) / ideal:.3f} | "
+              f"{makespan(grouped(S, B, hkv, gqa)) / ideal:.3f}")
