@@ -8,11 +8,14 @@
 # than the 3-stage one the database picks). Resumable: a second call with the returned files
 # in .carry/tuned/ goes on where this one stopped (the tuner skips keys already in its -o file).
 cd "$(dirname "$0")/.."
-# after runCC.sh on the same machine: on the (heads, blocks, B) causal grid if it kept it
-if [ "$(cat /tmp/ab_state 2>/dev/null)" = grid3 ]; then
+# after runCC.sh and runCD.sh on the same machine: with the patches they kept
+if [ "$(cat /tmp/ab_state_grid3 2>/dev/null)" = grid3 ]; then
   grep -q "def _bwd_grid" aot/kernels/gluon_attn/family.py || patch -p1 < docs/device-runs/2026-12-02/scripts/bwd_grid3.patch
 fi
-echo "runCC state: $(cat /tmp/ab_state 2>/dev/null || echo none)" | tee $OUT/state.txt
+if [ "$(cat /tmp/ab_state_fgroup 2>/dev/null)" = fgroup ]; then
+  grep -q "def _one_tile_unit" aot/kernels/gluon_attn/fwd.py || patch -p1 < docs/device-runs/2026-12-02/scripts/fwd_group.patch
+fi
+echo "runCC: $(cat /tmp/ab_state_grid3 2>/dev/null || echo none), runCD: $(cat /tmp/ab_state_fgroup 2>/dev/null || echo none)" | tee $OUT/state.txt
 export ATTNPACK_COMMIT=${ATTNPACK_COMMIT:-unknown} PYTHONUNBUFFERED=1
 L=/tmp/logs; mkdir -p $L
 . build_tools/runtime_env.sh $L

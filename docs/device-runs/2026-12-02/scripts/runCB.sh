@@ -3,11 +3,14 @@
 # entries runCA.sh returned (copied into .carry/tuned/ before the call) merged over its
 # database: the build, `attnpack bench` fwd and fwdbwd over both sets, then test_torch_sdpa.py.
 cd "$(dirname "$0")/.."
-# after runCC.sh on the same machine: on the (heads, blocks, B) causal grid if it kept it
-if [ "$(cat /tmp/ab_state 2>/dev/null)" = grid3 ]; then
+# after runCC.sh and runCD.sh on the same machine: with the patches they kept
+if [ "$(cat /tmp/ab_state_grid3 2>/dev/null)" = grid3 ]; then
   grep -q "def _bwd_grid" aot/kernels/gluon_attn/family.py || patch -p1 < docs/device-runs/2026-12-02/scripts/bwd_grid3.patch
 fi
-echo "runCC state: $(cat /tmp/ab_state 2>/dev/null || echo none)" | tee $OUT/state.txt
+if [ "$(cat /tmp/ab_state_fgroup 2>/dev/null)" = fgroup ]; then
+  grep -q "def _one_tile_unit" aot/kernels/gluon_attn/fwd.py || patch -p1 < docs/device-runs/2026-12-02/scripts/fwd_group.patch
+fi
+echo "runCC: $(cat /tmp/ab_state_grid3 2>/dev/null || echo none), runCD: $(cat /tmp/ab_state_fgroup 2>/dev/null || echo none)" | tee $OUT/state.txt
 export ATTNPACK_COMMIT=${ATTNPACK_COMMIT:-unknown} PYTHONUNBUFFERED=1
 L=/tmp/logs3; mkdir -p $L
 if ls .carry/tuned/*.jsonl >/dev/null 2>&1; then
