@@ -47,7 +47,8 @@ WIDE_KERNELS = 8       # the two wide configs x (fp16, bf16) x (full, causal), h
 # 8 bytes more each (tma 16 -> 24, wide 24 -> 32) and 8-16 in the atomic one, which spilled
 # nothing before. Run69 measured the grouped kernels, spills and all, against the ungrouped
 # ones by cycles: the fastest per shape 1.042x over 33 causal shapes (docs/gluon-bwd.md).
-SPILL_ALLOWED = {"attn_bwd_dkdv_dq_tma": (32, (96, 128)), "attn_bwd_dkdv_dq_atomic": (16, (96, 128)),
+SPILL_ALLOWED = {"attn_bwd_dkdv_dq_tma": (32, (96, 128)),
+                 "attn_bwd_dkdv_dq_atomic": (16, (96, 128)),
                  "attn_bwd_dkdv_wide_dq_atomic": (32, (256,))}
 
 

@@ -392,7 +392,8 @@ class _NumpyGl:
     sum = staticmethod(lambda x, axis: np.sum(x, axis, dtype=np.float32))
     arange = staticmethod(lambda a, b, layout=None: np.arange(a, b))
     SliceLayout = staticmethod(lambda *args: None)
-    cast = staticmethod(lambda x, dtype, bitcast=False: x.view(dtype) if bitcast else x.astype(dtype))
+    cast = staticmethod(lambda x, dtype, bitcast=False:
+                        x.view(dtype) if bitcast else x.astype(dtype))
     fma = staticmethod(lambda x, y, z: (np.float64(x) * y + z).astype(np.float32))
 
 
@@ -443,7 +444,8 @@ def test_softmax_reference_keeps_o_and_lse_of_ordinary_scores(monkeypatch, magni
     rng = np.random.default_rng(7)
     rows, Sk, d = 64, 300, 16
     s = (rng.standard_normal((rows, Sk)) * magnitude).astype(np.float32)
-    s += np.linspace(0, 4 * magnitude, Sk, dtype=np.float32)[None, :] * (np.arange(rows) % 2)[:, None]
+    ramp = np.linspace(0, 4 * magnitude, Sk, dtype=np.float32)
+    s += ramp[None, :] * (np.arange(rows) % 2)[:, None]  # every other row's max grows
     v = rng.standard_normal((Sk, d)).astype(np.float32)
     o, lse = _online_softmax(monkeypatch, s, v, 0.125, block_n, causal)
     o_ref, lse_ref = _float64_softmax(s, v, 0.125, causal)
@@ -457,22 +459,23 @@ def test_softmax_reference_keeps_o_and_lse_of_ordinary_scores(monkeypatch, magni
 def test_softmax_reference_is_exact_on_extreme_scores(monkeypatch, value, kind):
     """Scores past 2^29 in the exponent (PyTorch's extreme-value contract, e.g. q = k = 133120
     in bf16 at head dim 64: q.k/8 ~ 1.4e11): a = K, a power of two, so ties with the max get p = 1
-    exactly and the rest 0. With scale 1/8 the answers are exact: O is the mean of the tied
-    keys' v, and the LSE is m/8 + ln(ties) as float64 rounds it to float32."""
+    exactly and scores far below it 0. With scale 1/8 a one-hot winner's answers are exact (O is
+    its v, the LSE m/8); ties give v's mean and m/8 + ln Sk to float32's rounding."""
     rows, Sk, d = 8, 200, 4
     q_dot_k = np.float32(value) * np.float32(value) * 64 * np.sign(value)
     if kind == "ties":
         s = np.full((rows, Sk), q_dot_k, np.float32)
     else:  # key 0 wins every row outright: the others lie an exponent-worth below it
-        s = np.tile((q_dot_k * (1 - np.arange(Sk) / 64.0 * np.sign(q_dot_k))).astype(np.float32), (rows, 1))
+        keys = q_dot_k * (1 - np.arange(Sk) / 64.0 * np.sign(q_dot_k))
+        s = np.tile(keys.astype(np.float32), (rows, 1))
     v = np.random.default_rng(1).standard_normal((Sk, d)).astype(np.float32)
     o, lse = _online_softmax(monkeypatch, s, v, 0.125, 64)
-    winners = Sk if kind == "ties" else 1
-    assert np.array_equal(o, np.tile(v[:winners].sum(0, dtype=np.float32) / winners, (rows, 1))) \
-        if kind == "onehot" else np.allclose(o, v.mean(0), rtol=1e-5, atol=1e-6)
-    want = np.float32(np.float64(s[0, 0]) * 0.125 + math.log(winners))
-    assert np.array_equal(lse, np.full(rows, want)) if kind == "onehot" else \
-        np.allclose(lse, want, rtol=1e-7)
+    if kind == "onehot":
+        assert np.array_equal(o, np.tile(v[0], (rows, 1)))
+        assert np.array_equal(lse, np.full(rows, np.float32(np.float64(s[0, 0]) * 0.125)))
+    else:
+        assert np.allclose(o, v.mean(0), rtol=1e-5, atol=1e-6)
+        assert np.allclose(lse, np.float64(s[0, 0]) * 0.125 + math.log(Sk), rtol=1e-7)
 
 
 def test_softmax_reference_follows_maxima_across_its_two_ranges(monkeypatch):

@@ -427,7 +427,7 @@ def _attend(q, smem, bars, base, n_tiles, row0, Sk, sm_scale,
         s = warpgroup_mma_wait(0, deps=[s_tok])
         _release_k(bars, base % STAGES, STAGES)
         p_f32, alpha, m_i, l_i, r_i = _softmax(s, m_i, l_i, r_i, 0, row0, Sk, qk_scale,
-                                          s_layout, BLOCK_M, BLOCK_N, CAUSAL)
+                                               s_layout, BLOCK_M, BLOCK_N, CAUSAL)
         p = gl.convert_layout(p_f32.to(dtype), p_layout)
         for j in range(1, n_own):
             count = base + j
@@ -448,7 +448,7 @@ def _attend(q, smem, bars, base, n_tiles, row0, Sk, sm_scale,
             s = warpgroup_mma_wait(1, deps=[s_tok])
             _release_k(bars, stage, STAGES)
             p_f32, alpha, m_i, l_i, r_i = _softmax(s, m_i, l_i, r_i, j, row0, Sk, qk_scale,
-                                              s_layout, BLOCK_M, BLOCK_N, CAUSAL)
+                                                   s_layout, BLOCK_M, BLOCK_N, CAUSAL)
             # p (tile j-1) is PV's register operand: it stays alive until PV is done.
             acc, p = warpgroup_mma_wait(0, deps=[acc, p])
             mbarrier.arrive(bars.v_free.index(prev))
@@ -477,7 +477,7 @@ def _attend(q, smem, bars, base, n_tiles, row0, Sk, sm_scale,
             _pass_turn(CONSUMER, CONSUMERS)
 
             p_f32, alpha, m_i, l_i, r_i = _softmax(s, m_i, l_i, r_i, j, row0, Sk, qk_scale,
-                                              s_layout, BLOCK_M, BLOCK_N, CAUSAL)
+                                                   s_layout, BLOCK_M, BLOCK_N, CAUSAL)
             acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
             p = gl.convert_layout(p_f32.to(dtype), p_layout)
 
