@@ -3,12 +3,14 @@
 # tests, then the old and the patched kernels of one family, op and dtype compared by cycles
 # (bench/kernel_ab.py --cycles, both shape sets, each kernel checked against cuDNN first), and
 # a verdict: NAME if every test passed and the fastest kernel per row is MIN_GAIN faster by
-# geomean (over the rows finished, if the time ran out), else "old". The verdict goes to $OUT
-# and to /tmp/ab_state: a later call on the same machine applies the patch again where that
-# reads NAME, to tune or bench the kept change (docs/device-runs/2026-12-02/scripts/runBR.sh).
+# geomean (over the rows finished, if the time ran out), else "old". The verdict goes to $OUT,
+# to /tmp/ab_state and to /tmp/ab_state_NAME: a later call on the same machine applies the
+# patch again where that reads NAME, to tune or bench the kept change
+# (docs/device-runs/2026-12-02/scripts/runCA.sh).
 #   usage: build_tools/patch_ab.sh PATCH OP NAME TEST_FILE [pytest args...]
 #   env: OUT (default ./gpu-logs/ab-NAME), FAMILY (gluon), DTYPE (bf16), REPS (10),
-#        MIN_GAIN (1.003), BUDGET_S (570: the A/B stops there, seconds from the start)
+#        MIN_GAIN (1.003), BUDGET_S (570: the A/B stops there, seconds from the start),
+#        KERNEL_FILTER (only kernel names containing it, e.g. "causal" for a causal-only change)
 # The patch is applied to this tree in place (the old side is built from a copy made first).
 cd "$(dirname "$0")/.."
 PATCH=$1 OP=$2 NAME=$3 TESTS=$4; shift 4
@@ -32,6 +34,7 @@ for side in old "$NAME"; do
 done
 echo "archives at $SECONDS s"
 timeout $((${BUDGET_S:-570} - SECONDS)) python3 bench/kernel_ab.py --op "$OP" \
+  --kernel-filter "${KERNEL_FILTER:-}" \
   --archive old=/tmp/ab-old-apk/$A --archive "$NAME=/tmp/ab-$NAME-apk/$A" --cycles \
   --reps "${REPS:-10}" --shapes bench/shapes.json --shapes bench/model_shapes.json \
   --json "$OUT/ab_$NAME.json" > "$OUT/ab_$NAME.txt" 2>&1
@@ -50,4 +53,5 @@ if [ $trc = 0 ] && grep -q " passed" "$L/summary.txt" && \
 else
   echo old > /tmp/ab_state
 fi
+cp /tmp/ab_state "/tmp/ab_state_$NAME"
 echo "$(cat /tmp/ab_state) $PATCH (tests rc $trc, geomean ${g:-none})" | tee "$OUT/verdict.txt"
