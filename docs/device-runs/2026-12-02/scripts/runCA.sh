@@ -9,13 +9,8 @@
 # in .carry/tuned/ goes on where this one stopped (the tuner skips keys already in its -o file).
 cd "$(dirname "$0")/.."
 # after runCC.sh and runCD.sh on the same machine: with the patches they kept
-if [ "$(cat /tmp/ab_state_grid3 2>/dev/null)" = grid3 ]; then
-  grep -q "def _bwd_grid" aot/kernels/gluon_attn/family.py || patch -p1 < docs/device-runs/2026-12-02/scripts/bwd_grid3.patch
-fi
-if [ "$(cat /tmp/ab_state_fgroup 2>/dev/null)" = fgroup ]; then
-  grep -q "def _one_tile_unit" aot/kernels/gluon_attn/fwd.py || patch -p1 < docs/device-runs/2026-12-02/scripts/fwd_group.patch
-fi
-echo "runCC: $(cat /tmp/ab_state_grid3 2>/dev/null || echo none), runCD: $(cat /tmp/ab_state_fgroup 2>/dev/null || echo none)" | tee $OUT/state.txt
+bash build_tools/apply_kept.sh grid3=docs/device-runs/2026-12-02/scripts/bwd_grid3.patch \
+  fgroup=docs/device-runs/2026-12-02/scripts/fwd_group.patch | tee $OUT/state.txt
 export ATTNPACK_COMMIT=${ATTNPACK_COMMIT:-unknown} PYTHONUNBUFFERED=1
 L=/tmp/logs; mkdir -p $L
 . build_tools/runtime_env.sh $L
