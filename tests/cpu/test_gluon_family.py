@@ -499,3 +499,51 @@ def test_softmax_reference_follows_maxima_across_its_two_ranges(monkeypatch):
     assert np.isfinite(o).all() and np.isfinite(lse).all()
     assert np.abs(o - o_ref).max() <= 1e-5 * np.abs(o_ref).max()
     assert np.abs(lse - lse_ref).max() <= 4e-7 * np.abs(lse_ref).max()
+
+
+class _Program:
+    """gl's program ids and the integer functions fwd._one_tile_unit uses, for one program of a
+    (row blocks, B·Hq) grid, to run it as plain Python."""
+    where = staticmethod(lambda condition, a, b: a if condition else b)
+
+    def __init__(self, x, y, row_blocks, heads):
+        self.ids, self.sizes = (x, y), (row_blocks, heads)
+
+    def program_id(self, axis):
+        return self.ids[axis]
+
+    def num_programs(self, axis):
+        return self.sizes[axis]
+
+
+@pytest.mark.parametrize("row_blocks,heads", [(1, 1), (64, 64), (16, 8), (32, 28), (24, 13),
+                                              (2, 1024), (7, 3)])
+def test_non_persistent_causal_tiles_start_longest_first_within_head_groups(
+        monkeypatch, row_blocks, heads):
+    """fwd._one_tile_unit and fwd._tile over a non-persistent grid in launch order (linear id,
+    x fastest): every (head, row block) exactly once; under causal HEAD_GROUP heads at a time,
+    block by block across a group from the longest (the last row block) down, and a last group
+    of fewer heads longest first head by head; without causal a head's row blocks side by side."""
+    fwd = _fwd_module()
+    group = fwd.HEAD_GROUP.value
+    monkeypatch.setattr(fwd, "HEAD_GROUP", group)
+    order = {True: [], False: []}
+    for linear in range(row_blocks * heads):
+        y, x = divmod(linear, row_blocks)
+        monkeypatch.setattr(fwd, "gl", _Program(x, y, row_blocks, heads))
+        for causal in (True, False):
+            unit = fwd._one_tile_unit.fn(row_blocks, causal)
+            _, h, start = fwd._tile.fn(unit, 0, row_blocks, heads, 1, False, causal)
+            order[causal].append((h, start))
+    every = sorted((h, r) for h in range(heads) for r in range(row_blocks))
+    assert sorted(order[True]) == every and sorted(order[False]) == every
+    for g in range(0, heads, group):
+        width = min(group, heads - g)
+        mine = order[True][g * row_blocks:(g + width) * row_blocks]
+        assert sorted(h for h, _ in mine) == [h for h in range(g, g + width)
+                                              for _ in range(row_blocks)]  # groups in turn
+        if g + group <= heads:  # longest first across the group
+            assert [r for _, r in mine] == sorted((r for _, r in mine), reverse=True)
+        else:  # head by head, each longest first
+            assert mine == [(h, r) for h in range(g, heads) for r in reversed(range(row_blocks))]
+    assert order[False] == [(h, r) for h in range(heads) for r in range(row_blocks)]
