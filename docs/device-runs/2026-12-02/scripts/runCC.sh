@@ -10,6 +10,6 @@
 # "grid3" if it is kept.
 cd "$(dirname "$0")/.."
 export ATTNPACK_COMMIT=${ATTNPACK_COMMIT:-unknown}
-OUT=$OUT KERNEL_FILTER=causal bash build_tools/patch_ab.sh \
+OUT=$OUT BUDGET_S=${BUDGET_S:-570} KERNEL_FILTER=causal bash build_tools/patch_ab.sh \
   docs/device-runs/2026-12-02/scripts/bwd_grid3.patch bwd grid3 \
   tests/gpu/test_gluon_bwd.py

@@ -11,6 +11,6 @@
 # reads "fgroup" if it is kept.
 cd "$(dirname "$0")/.."
 export ATTNPACK_COMMIT=${ATTNPACK_COMMIT:-unknown}
-OUT=$OUT BUDGET_S=560 KERNEL_FILTER=causal bash build_tools/patch_ab.sh \
+OUT=$OUT BUDGET_S=${BUDGET_S:-560} KERNEL_FILTER=causal bash build_tools/patch_ab.sh \
   docs/device-runs/2026-12-02/scripts/fwd_group.patch fwd fgroup \
   tests/gpu/test_gluon_attn.py -k "smoke or row_maxima or 128-True or 64-True"
