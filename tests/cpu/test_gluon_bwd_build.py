@@ -12,8 +12,6 @@ says (TMA reduce-adds or atomics).
 import math
 import re
 import struct
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -23,7 +21,8 @@ from attnpack.archive.elf import kernel_facts
 from attnpack.archive.verify import verify_archive
 from attnpack.builder import BuildRequest, build_archives
 from attnpack.builder.backends.triton import cuobjdump, disassemble
-from attnpack.family import kernels_root, load_families
+from attnpack.family import load_families
+from gluon_plain import GridProgram, kernel_module, launch_order
 from test_runtime_fixtures import param_offsets
 
 SHARED_MEMORY_LIMIT = 227 * 1024
@@ -269,29 +268,6 @@ def test_head_dim_256_runs_on_the_wide_kernel(bwd_archive):
     assert grids[1] == [math.ceil(Sk / 64), B * Hkv, 1]
 
 
-def _bwd_module():
-    """aot/kernels/gluon_attn/bwd.py as the family loader imported it."""
-    load_families()
-    path = (kernels_root() / "gluon_attn" / "bwd.py").resolve()
-    return next(m for m in list(sys.modules.values())
-                if getattr(m, "__file__", None) and Path(m.__file__).resolve() == path)
-
-
-class _Grid:
-    """gl's program ids and the integer functions _block_and_head uses, for one program of a
-    (blocks, heads) grid, to run it as plain Python."""
-    where = staticmethod(lambda condition, a, b: a if condition else b)
-
-    def __init__(self, x, y, blocks, heads):
-        self.ids, self.sizes = (x, y), (blocks, heads)
-
-    def program_id(self, axis):
-        return self.ids[axis]
-
-    def num_programs(self, axis):
-        return self.sizes[axis]
-
-
 @pytest.mark.parametrize("blocks,heads", [(1, 1), (16, 8), (16, 128), (64, 16), (24, 13),
                                           (4, 1024), (7, 3), (32, 9)])
 def test_causal_programs_start_longest_block_first_within_head_groups(monkeypatch, blocks, heads):
@@ -300,13 +276,12 @@ def test_causal_programs_start_longest_block_first_within_head_groups(monkeypatc
     across its heads, so no program of a group starts before every longer one of that group
     (block 0 is the longest a dK/dV program has; dQ reverses its blocks the same way), and a
     last group of fewer heads in the grid's order. Without causal the grid's own order."""
-    bwd = _bwd_module()
+    bwd = kernel_module("bwd")
     group = bwd.HEAD_GROUP.value
     monkeypatch.setattr(bwd, "HEAD_GROUP", group)
     order = []
-    for linear in range(blocks * heads):
-        y, x = divmod(linear, blocks)
-        monkeypatch.setattr(bwd, "gl", _Grid(x, y, blocks, heads))
+    for x, y in launch_order(blocks, heads):
+        monkeypatch.setattr(bwd, "gl", GridProgram(x, y, blocks, heads))
         order.append(bwd._block_and_head.fn(True))
         assert bwd._block_and_head.fn(False) == (x, y)
     assert sorted(order) == [(b, h) for b in range(blocks) for h in range(heads)]

@@ -9,8 +9,6 @@ the arguments Triton's fill_tma_descriptor uses.
 import math
 import re
 import struct
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -24,6 +22,7 @@ from attnpack.builder import BuildRequest, build_archives
 from attnpack.builder.backends.triton import cuobjdump, disassemble
 from attnpack.builder.build import plan_variants
 from attnpack.family import FunctionalKey, load_families
+from gluon_plain import GridProgram, kernel_module, launch_order
 from test_runtime_fixtures import PARAM_ALIGN, PARAM_SIZE, param_offsets
 
 KERNEL = "gluon/fwd/bf16-d128-causal/M64_N128_stages2"
@@ -286,15 +285,6 @@ def test_descriptor_pitch_and_alignment_are_checked(gluon_archive):
         assert len(bundle.recorded_launches()["launches"]) == 1
 
 
-def _fwd_module():
-    """aot/kernels/gluon_attn/fwd.py as the family loader imported it."""
-    from attnpack.family import kernels_root
-    load_families()
-    path = (kernels_root() / "gluon_attn" / "fwd.py").resolve()
-    return next(m for m in list(sys.modules.values())
-                if getattr(m, "__file__", None) and Path(m.__file__).resolve() == path)
-
-
 @pytest.mark.parametrize("consumers", [2, 3])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("B,Hq,Sq", [(1, 1, 1), (1, 1, 128), (3, 5, 384), (2, 7, 640),
@@ -306,7 +296,7 @@ def test_persistent_units_cover_every_tile_once_at_equal_causal_cost(B, Hq, Sq, 
     served exactly once; under causal each unit visits row_blocks + 1 spans of a work tile's
     rows in keys (the middle row block of an odd count is a unit alone), the longer row block
     first; without a mask a unit is one row block, a head's consecutive and its last first."""
-    fwd, rows = _fwd_module(), consumers * 64
+    fwd, rows = kernel_module("fwd"), consumers * 64
     row_blocks = -(-Sq // rows)
     seen, costs = [], []
     for unit in range(fwd._units.fn(B, Hq, row_blocks, True, causal)):
@@ -343,7 +333,7 @@ def test_causal_consumers_compute_every_visible_key_tile_and_skip_only_masked_on
     tiles its last row can see; a consumer skips (fwd._own_tiles) only tiles that none of its
     rows can see, at most fwd._max_skipped of them, and the last consumer skips none. Run as
     plain Python, gl's minimum and cdiv standing in as integer functions."""
-    fwd, m = _fwd_module(), 64
+    fwd, m = kernel_module("fwd"), 64
     monkeypatch.setattr(fwd, "gl", _IntegerGl)
     skipped = 0
     for start in range(0, Sq, consumers * m):
@@ -400,7 +390,7 @@ class _NumpyGl:
 def _online_softmax(monkeypatch, s, v, scale, block_n, causal=False):
     """O and LSE of one consumer's rows from their float32 scores s [M, Sk], key tile by key
     tile through fwd._softmax as _attend calls it, then fwd._row_lse as the epilogue does."""
-    fwd = _fwd_module()
+    fwd = kernel_module("fwd")
     monkeypatch.setattr(fwd, "gl", _NumpyGl)
     for name in ("HUGE_SCALED_MAX", "ULP_BUMP", "LOG2E", "LN2"):
         monkeypatch.setattr(fwd, name, np.float32(getattr(fwd, name).value))
@@ -501,21 +491,6 @@ def test_softmax_reference_follows_maxima_across_its_two_ranges(monkeypatch):
     assert np.abs(lse - lse_ref).max() <= 4e-7 * np.abs(lse_ref).max()
 
 
-class _Program:
-    """gl's program ids and the integer functions fwd._one_tile_unit uses, for one program of a
-    (row blocks, B·Hq) grid, to run it as plain Python."""
-    where = staticmethod(lambda condition, a, b: a if condition else b)
-
-    def __init__(self, x, y, row_blocks, heads):
-        self.ids, self.sizes = (x, y), (row_blocks, heads)
-
-    def program_id(self, axis):
-        return self.ids[axis]
-
-    def num_programs(self, axis):
-        return self.sizes[axis]
-
-
 @pytest.mark.parametrize("row_blocks,heads", [(1, 1), (64, 64), (16, 8), (32, 28), (24, 13),
                                               (2, 1024), (7, 3)])
 def test_non_persistent_causal_tiles_start_longest_first_within_head_groups(
@@ -524,13 +499,12 @@ def test_non_persistent_causal_tiles_start_longest_first_within_head_groups(
     x fastest): every (head, row block) exactly once; under causal HEAD_GROUP heads at a time,
     block by block across a group from the longest (the last row block) down, and a last group
     of fewer heads longest first head by head; without causal a head's row blocks side by side."""
-    fwd = _fwd_module()
+    fwd = kernel_module("fwd")
     group = fwd.HEAD_GROUP.value
     monkeypatch.setattr(fwd, "HEAD_GROUP", group)
     order = {True: [], False: []}
-    for linear in range(row_blocks * heads):
-        y, x = divmod(linear, row_blocks)
-        monkeypatch.setattr(fwd, "gl", _Program(x, y, row_blocks, heads))
+    for x, y in launch_order(row_blocks, heads):
+        monkeypatch.setattr(fwd, "gl", GridProgram(x, y, row_blocks, heads))
         for causal in (True, False):
             unit = fwd._one_tile_unit.fn(row_blocks, causal)
             _, h, start = fwd._tile.fn(unit, 0, row_blocks, heads, 1, False, causal)
