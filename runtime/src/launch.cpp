@@ -360,6 +360,14 @@ std::string plan_params(const KernelRecord& kernel, const StepRecord& step, Kern
       return "has parameters that overlap at byte " + std::to_string(spans[i].first);
     }
   }
+  // A tensor map no parameter passes would leave its descriptor's bytes zero in the launch (a
+  // word matches the first map of its name, so a second map of one name is such a map too).
+  for (size_t m = 0; m < step.tensormaps.size(); ++m) {
+    const bool passed = std::any_of(plan.params.begin(), plan.params.end(), [m](const ParamSlot& slot) {
+      return slot.source == ParamSource::TensorMap && slot.index == m;
+    });
+    if (!passed) return "tensor map " + step.tensormaps[m].param + " is passed by no parameter";
+  }
   plan.packed_size = uint32_t(step.kernarg_size);
   return "";
 }

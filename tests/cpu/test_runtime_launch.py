@@ -402,6 +402,11 @@ def test_specs_this_runtime_cannot_launch_are_bad_launch_specs(tmp_path):
         "grid": (dict(base, grid=[[["Sq", 128]], [["heads", 1]], []]),
                  "step fwd grid factor 'heads' is not in this runtime's vocabulary"),
         "symbol": (dict(base, symbol="other"), "step fwd symbol other differs from its image's sym0"),
+        # a map whose parameter is missing (a fuzzer's mutant cut the params list after q_desc)
+        "unpassed_map": (dict(base, tensormaps=[{"param": "k_desc", "tensor": "k",
+                                                 "box": [1, 1, 64, 64], "swizzle": 128,
+                                                 "l2_promotion": 0, "oob_fill": "zero"}]),
+                         "step fwd tensor map k_desc is passed by no parameter"),
     }
     for name, (bad_step, defect) in cases.items():
         path = write_synthetic(tmp_path / f"{name}.apk",
