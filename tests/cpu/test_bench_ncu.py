@@ -1,0 +1,153 @@
+"""attnpack.bench.ncu and bench/ncu_rows.py's table without a GPU: rows chosen from a results.json,
+ncu's raw CSV read and cut at the marker kernels, and the table. The CSV below is written in
+the layout of `ncu --page raw --csv --print-units base` (a header, a units row, a row a
+kernel, ncu's own lines before them); a real one comes back from the device run that
+bench/ncu_rows.py is for."""
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from attnpack.bench import ncu
+
+ROOT = Path(__file__).resolve().parents[2]
+COLUMNS = ["ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream",
+           "Block Size", "Grid Size", "Device", "CC", "gpu__time_duration.sum",
+           "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+           "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",
+           "dram__throughput.avg.pct_of_peak_sustained_elapsed",
+           "launch__registers_per_thread", "smsp__average_warps_active_per_issue_active.ratio",
+           "l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum",
+           "l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum",
+           "smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio",
+           "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio",
+           "smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio",
+           "smsp__average_warps_issue_stalled_wait_per_issue_active.ratio"]
+UNITS = ["", "", "", "", "", "", "", "", "", "", "", "nsecond", "%", "%", "%",
+         "register/thread", "ratio", "byte", "byte", "ratio", "ratio", "ratio", "ratio"]
+
+
+def kernel_line(i, name, ns, busy, tensor, dram, regs, ld, st, stalls):
+    issue = f"{sum(float(s) for s in stalls) + 1:.2f}"  # every stall plus the issuing cycle
+    values = [str(i), "4242", "python3", "127.0.0.1", name, "1", "7", "(384, 1, 1)",
+              "(132, 1, 1)", "0", "9.0", ns, busy, tensor, dram, regs, issue, ld, st, *stalls]
+    return ",".join(f'"{v}"' for v in values)
+
+
+def raw_csv(kernels) -> str:
+    lines = ["==PROF== Connected to process 4242", "==WARNING== unmodified GPU clocks",
+             ",".join(f'"{c}"' for c in COLUMNS), ",".join(f'"{u}"' for u in UNITS)]
+    return "\n".join(lines + [kernel_line(i, *k) for i, k in enumerate(kernels)]) + "\n"
+
+
+MARK = ("at::cuda::(anonymous namespace)::spin_kernel(long)", "1,536", "0.1", "0", "0", "16",
+        "0", "0", ("0", "0", "0", "1"))
+OURS = raw_csv([
+    MARK,
+    ("attn_fwd_pingpong", "110,880", "37.96", "61.5", "48.46", "168", "0", "0",
+     ("2.84", "0.9", "1.2", "0.4")),
+    MARK,
+    ("attn_fwd_split", "250,000.5", "20.1", "0", "88.8", "96", "1,024", "512",
+     ("0.1", "3.5", "0", "0.2")),
+    ("attn_fwd_merge", "3,700", "5", "0", "10", "32", "0", "0", ("0", "0.5", "0", "0.1")),
+])
+THEIRS = raw_csv([
+    MARK,
+    ("sm90_fprop_wgmma_64x128x128", "100,000", "43.2", "70.1", "50", "168", "0", "0",
+     ("1.1", "0.5", "2.0", "0.3")),
+    MARK,
+    ("sm80_flash_fprop", "245,000", "16", "0", "91.2", "128", "0", "0",
+     ("0", "4.0", "0", "0.1")),
+])
+
+
+def _ncu_rows():
+    """bench/ncu_rows.py as a module (bench/ is not a package)."""
+    spec = importlib.util.spec_from_file_location("ncu_rows", ROOT / "bench" / "ncu_rows.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def results(*rows):
+    return {"rows": [{"set": s, "name": n, "op": op, "shape": {"batch": 1},
+                      "backends": {"attnpack": {"ms": ours}, "default": {"ms": theirs}}}
+                     for s, n, op, ours, theirs in rows]}
+
+
+def test_rows_below_the_ratio_come_worst_first():
+    res = results(("model_shapes", "a", "fwd", 1.0, 0.9), ("model_shapes", "b", "fwd", 1.0, 0.8),
+                  ("model_shapes", "c", "fwd", 1.0, 1.1), ("model_shapes", "d", "fwdbwd", 1.0, 0.5),
+                  ("shapes", "e", "fwd", 1.0, 0.7))
+    res["rows"].append({"set": "model_shapes", "name": "refused", "op": "fwd", "shape": {},
+                        "backends": {"attnpack": {"ms": 1.0}, "default": {"refused": "x"}}})
+    chosen = ncu.select_rows(res)
+    assert [(r["name"], round(r["ratio"], 2)) for r in chosen] == [("b", 0.8), ("a", 0.9)]
+    assert [r["name"] for r in ncu.select_rows(res, ("model_shapes", "shapes"), "fwd", 0.95)] == \
+        ["e", "b", "a"]
+
+
+def test_raw_csv_is_cut_into_rows_at_the_markers():
+    kernels = ncu.read_raw_csv(OURS)
+    assert len(kernels) == 5 and kernels[1]["Kernel Name"] == "attn_fwd_pingpong"
+    assert kernels[1]["units"]["gpu__time_duration.sum"] == "nsecond"
+    groups = ncu.split_at_markers(kernels)
+    assert [[k["Kernel Name"] for k in g] for g in groups] == \
+        [["attn_fwd_pingpong"], ["attn_fwd_split", "attn_fwd_merge"]]
+    with pytest.raises(ValueError, match="no ncu raw CSV header"):
+        ncu.read_raw_csv("==ERROR== the application returned an error\n")
+
+
+def test_a_side_sums_its_kernels_and_reads_its_longest_kernels_metrics():
+    first, second = ncu.split_at_markers(ncu.read_raw_csv(OURS))
+    s = ncu.summarize(first)
+    assert s["us"] == pytest.approx(110.88) and s["kernels"] == 1
+    assert (s["SM busy %"], s["tensor pipe %"], s["DRAM %"], s["registers"]) == \
+        (37.96, 61.5, 48.46, 168)
+    assert s["cycles between issues"] == pytest.approx(6.34)
+    assert s["stalls"] == [("barrier", 2.84), ("math_pipe_throttle", 1.2), ("long_scoreboard", 0.9)]
+    s = ncu.summarize(second)
+    assert s["us"] == pytest.approx(253.7005) and s["main"] == "attn_fwd_split"
+    assert s["main_us"] == pytest.approx(250.0005)
+    assert s["local bytes"] == 1536 and s["occupancy %"] is None  # not in this CSV
+    assert ncu.summarize([]) == {"us": None, "kernels": 0}
+
+
+def test_table_puts_both_sides_of_each_row_together(tmp_path):
+    manifest = [{"name": "Llama B1 S8192", "ratio": 0.913, "served": ["gluon/fwd/x"]},
+                {"name": "Qwen decode", "ratio": 0.93, "served": ["triton/fwd/s", "triton/fwd/m"]}]
+    (tmp_path / "m.jsonl").write_text("".join(json.dumps(r) + "\n" for r in manifest))
+    (tmp_path / "ours.csv").write_text(OURS)
+    (tmp_path / "theirs.csv").write_text(THEIRS)
+    ncu_rows = _ncu_rows()
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        ncu_rows.main(["table", "--manifest", str(tmp_path / "m.jsonl"), "--ours",
+                       str(tmp_path / "ours.csv"), "--theirs", str(tmp_path / "theirs.csv")])
+    lines = out.getvalue().splitlines()
+    assert len(lines) == 2 + 4
+    cells = [[c.strip() for c in line.strip("|").split("|")] for line in lines[2:]]
+    assert cells[0][:7] == ["Llama B1 S8192", "0.91x", "attnpack", "1", "110.9", "gluon/fwd/x",
+                            "38.0"]
+    assert cells[1][:6] == ["", "", "default", "1", "100", "sm90_fprop_wgmma_64x128x128"]
+    assert cells[1][-1] == "math_pipe_throttle 2.0, barrier 1.1, long_scoreboard 0.5"
+    assert cells[2][5] == "triton/fwd/s + triton/fwd/m" and cells[2][10] == "96"
+    assert cells[3][4] == "245" and cells[3][8] == "91.2"
+
+
+def test_run_lists_its_rows_without_a_gpu_and_asks_for_what_it_needs(tmp_path, capsys):
+    ncu_rows = _ncu_rows()
+    path = tmp_path / "results.json"
+    path.write_text(json.dumps(results(("model_shapes", "a", "fwd", 1.0, 0.9),
+                                       ("shapes", "b", "fwd", 2.0, 1.0),
+                                       ("model_shapes", "c", "fwd", 1.0, 1.2))))
+    ncu_rows.main(["run", "--results", str(path), "--list", "--sets", "model_shapes", "shapes"])
+    assert capsys.readouterr().out == "0.500 shapes b\n0.900 model_shapes a\n"
+    with pytest.raises(SystemExit):
+        ncu_rows.main(["run", "--results", str(path), "--backend", "default"])
+    assert "run needs --backend and --manifest (or --list)" in capsys.readouterr().err
