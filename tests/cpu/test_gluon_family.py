@@ -371,6 +371,18 @@ def test_key_tile_loop_issues_one_exp2_per_score_and_row(gluon_archive):
     assert all(t["MUFU.EX2"] == 64 + 2 for t in key_tile), key_tile
 
 
+def test_no_kernel_has_its_wgmmas_serialized(gluon_archive):
+    """ptxas serializes every wgmma of a kernel (C7512) when one wgmma's register operand may be
+    reused while it runs; the kernel then stalls on each k-step. No forward kernel may be so."""
+    if not cuobjdump().is_file():
+        pytest.skip(f"no cuobjdump in the triton package ({cuobjdump()})")
+    from attnpack.builder import sass
+    ar = read_archive(gluon_archive)
+    serialized = [r["name"] for r in ar.kernels
+                  if sass.wgmma_serialized(sass.instructions(ar.image(r["steps"][0]["image"])))]
+    assert serialized == []
+
+
 class _NumpyGl:
     """gl's tensor functions over numpy float32 arrays, to run fwd's softmax helpers
     (_reference, _softmax, _row_lse) as plain Python. fma rounds once, as the GPU's FFMA does:

@@ -64,3 +64,12 @@ def opcodes(code: list[str], span: tuple[int, int] | None = None) -> Counter:
     """How often each opcode appears in `code`, or in code[first..last] of a span."""
     first, last = span if span else (0, len(code) - 1)
     return Counter(opcode(i) for i in code[first:last + 1])
+
+
+def wgmma_serialized(code: list[str]) -> bool:
+    """Whether ptxas serialized the kernel's wgmmas (its C7512 "Potential Performance Loss"):
+    then every HGMMA closes its own group (`gsb0`) and waits for itself, where a GEMM's k-steps
+    otherwise issue back to back and only the group's last carries `gsb0`. ptxas does this to
+    the whole kernel when one wgmma's operand registers may be reused while it runs."""
+    hgmma = [line for line in code if opcode(line).startswith("HGMMA")]
+    return bool(hgmma) and all("gsb0" in line for line in hgmma)
