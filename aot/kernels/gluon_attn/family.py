@@ -3,7 +3,7 @@ backward, their launch steps and declared variant spaces.
 
 Run and measured on the H200 (docs/gluon-family.md, docs/gluon-bwd.md). The family has
 priority 1000, so it is never a family default: it serves where the tuning database picks it
-(316 of the 384 sm_90 forward keys and 288 of the 297 backward keys in aot/tuning_db/sm_90.jsonl),
+(319 of the 384 sm_90 forward keys and 288 of the 297 backward keys in aot/tuning_db/sm_90.jsonl),
 with the triton default behind it for inputs a TMA descriptor cannot take.
 
 Head dims: the forward and the backward serve 64, 96, 128 and 256. 96 runs on 128-wide tiles
