@@ -53,6 +53,19 @@ if [ $SECONDS -lt 300 ]; then
   profile fwdbwd default 60 0.97 model_shapes shapes
   table fwdbwd
 fi
+# then, with what time is left: every triton decode kernel at each decode row's own batch against
+# the database's pick and cuDNN (bench/decode_rows.py: does the winner follow the streams count
+# beyond the two classes?), from the tuning archive an earlier call on this machine built
+A=/tmp/ta/attnpack-0.1.0-sm_90.apk
+if [ ! -f $A ] && [ $SECONDS -lt 420 ]; then
+  python3 -m attnpack.cli build --arch sm_90 --all --family triton --family gluon --op fwd \
+    -o /tmp/ta -j "$(nproc)" > $L/build_ta.log 2>&1; echo "tuning archive rc $? at $SECONDS s"
+fi
+if [ -f $A ] && [ $SECONDS -lt 500 ]; then
+  timeout $((585 - SECONDS)) python3 bench/decode_rows.py --archive $A --kernel-filter decode1 \
+    --json $L/decode_rows.json > "$OUT/decode_rows.txt" 2>&1
+  echo "decode_rows rc $? at $SECONDS s"; tail -n 3 "$OUT/decode_rows.txt"
+fi
 tar -czf "$OUT/ncu_csv.tar.gz" -C $L $(cd $L && ls raw_* details_* rows_* ncu_*.log ncu_version.txt \
-  summary.txt 2>/dev/null)
+  summary.txt decode_rows.json 2>/dev/null)
 gzip -c $L/metrics.txt > "$OUT/metrics.txt.gz"

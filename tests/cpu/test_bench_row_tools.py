@@ -1,8 +1,8 @@
-"""attnpack.bench.ncu and bench/ncu_rows.py's table without a GPU: rows chosen from a results.json,
-ncu's raw CSV read and cut at the marker kernels, and the table. The CSV below is written in
-the layout of `ncu --page raw --csv --print-units base` (a header, a units row, a row a
-kernel, ncu's own lines before them); a real one comes back from the device run that
-bench/ncu_rows.py is for."""
+"""The tools that look into single bench rows, without a GPU: attnpack.bench.ncu and
+bench/ncu_rows.py (rows chosen from a results.json, ncu's raw CSV read and cut at the marker
+kernels, the table), and bench/decode_rows.py's report. The CSV below is written in the layout
+of `ncu --page raw --csv --print-units base` (a header, a units row, a row a kernel, ncu's own
+lines before them); a real one comes back from the device run that bench/ncu_rows.py is for."""
 from __future__ import annotations
 
 import contextlib
@@ -66,9 +66,9 @@ THEIRS = raw_csv([
 ])
 
 
-def _ncu_rows():
-    """bench/ncu_rows.py as a module (bench/ is not a package)."""
-    spec = importlib.util.spec_from_file_location("ncu_rows", ROOT / "bench" / "ncu_rows.py")
+def _bench_script(name: str):
+    """bench/<name>.py as a module (bench/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -124,7 +124,7 @@ def test_table_puts_both_sides_of_each_row_together(tmp_path):
     (tmp_path / "m.jsonl").write_text("".join(json.dumps(r) + "\n" for r in manifest))
     (tmp_path / "ours.csv").write_text(OURS)
     (tmp_path / "theirs.csv").write_text(THEIRS)
-    ncu_rows = _ncu_rows()
+    ncu_rows = _bench_script("ncu_rows")
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         ncu_rows.main(["table", "--manifest", str(tmp_path / "m.jsonl"), "--ours",
@@ -141,7 +141,7 @@ def test_table_puts_both_sides_of_each_row_together(tmp_path):
 
 
 def test_run_lists_its_rows_without_a_gpu_and_asks_for_what_it_needs(tmp_path, capsys):
-    ncu_rows = _ncu_rows()
+    ncu_rows = _bench_script("ncu_rows")
     path = tmp_path / "results.json"
     path.write_text(json.dumps(results(("model_shapes", "a", "fwd", 1.0, 0.9),
                                        ("shapes", "b", "fwd", 2.0, 1.0),
@@ -151,3 +151,18 @@ def test_run_lists_its_rows_without_a_gpu_and_asks_for_what_it_needs(tmp_path, c
     with pytest.raises(SystemExit):
         ncu_rows.main(["run", "--results", str(path), "--backend", "default"])
     assert "run needs --backend and --manifest (or --list)" in capsys.readouterr().err
+
+
+def test_decode_rows_prints_the_picked_and_the_fastest_kernel(capsys):
+    """bench/decode_rows.py's report line (the measuring needs a GPU)."""
+    decode_rows = _bench_script("decode_rows")
+    row = {"name": "Llama-3.2-1B decode B64 Sk4096", "streams": 512,
+           "picked": "triton/fwd/bf16-d64-full/decode1_split512",
+           "times_us": {"triton/fwd/bf16-d64-full/decode1_split512": 158.8,
+                        "triton/fwd/bf16-d64-full/decode1": 132.0},
+           "natives_us": {"cudnn": 132.2}, "wrong": {"gluon/fwd/x": "error 0.5"}}
+    decode_rows.print_row(row)
+    out = capsys.readouterr().out
+    assert "512 streams | picked decode1_split512 158.8 us | fastest decode1 132.0 us" in out
+    assert "(1.203x the picked one's speed)" in out and "fastest/cuDNN 1.002x" in out
+    assert "wrong or refused: {'gluon/fwd/x': 'error 0.5'}" in out
