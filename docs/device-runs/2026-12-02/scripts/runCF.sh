@@ -5,7 +5,7 @@
 # bench/ncu_rows.py runs the rows of docs/performance/results.json (run76) worst first, one
 # profiler range a row opened by a marker kernel; the default side profiles the rows the
 # attnpack side finished. Forward: the 43 rows of both sets below 1.0 (`bench/ncu_rows.py run
-# --list` prints them), as many as 110 s under ncu take; then, if time is left, the 12 forward +
+# --list` prints them), as many as 110 s under ncu take; then, if time is left, the 11 forward +
 # backward rows below 0.97. Returns the tables (bench/ncu_rows.py table) and the raw and details
 # CSVs.
 cd "$(dirname "$0")/.."
