@@ -1,9 +1,10 @@
 """Run a Gluon kernel module's integer helpers as plain Python on the CPU.
 
-The helpers that turn program ids into work (fwd._one_tile_unit, fwd._tile, bwd._block_and_head)
-are integer arithmetic on `gl`'s program ids and a few of its functions. A test takes the
-module as the family loader imported it (`kernel_module`), puts a `GridProgram` in place of its
-`gl` and calls a helper's `.fn` once per program of a grid, in launch order.
+The helpers that turn program ids into work (fwd._one_tile_unit, fwd._tile, bwd._block_and_head,
+grid.grouped_block_and_head) are integer arithmetic on `gl`'s program ids and a few of its
+functions. A test takes the module as the family loader imported it (`kernel_module`) and, for
+each program of a grid in launch order (`launch_order`), calls a helper's `.fn` with a
+`GridProgram` in place of `gl`.
 """
 import sys
 from pathlib import Path
@@ -33,8 +34,16 @@ class GridProgram:
         return self.sizes[axis]
 
 
-def launch_order(nx: int, ny: int):
-    """(x, y) of an (nx, ny) grid's programs in the order the GPU starts them: x fastest."""
+def launch_order(monkeypatch, module, nx: int, ny: int):
+    """(x, y) of an (nx, ny) grid's programs in the order the GPU starts them, x fastest, with
+    `module` (and grid.py, whose grouped_block_and_head it calls, as plain Python too) seeing
+    program (x, y) through a GridProgram in place of `gl` while the caller runs its helpers."""
+    grid = kernel_module("grid")
+    monkeypatch.setattr(grid, "HEAD_GROUP", grid.HEAD_GROUP.value)
+    monkeypatch.setattr(module, "grouped_block_and_head", grid.grouped_block_and_head.fn)
     for linear in range(nx * ny):
         y, x = divmod(linear, nx)
+        program = GridProgram(x, y, nx, ny)
+        monkeypatch.setattr(module, "gl", program)
+        monkeypatch.setattr(grid, "gl", program)
         yield x, y

@@ -22,7 +22,7 @@ from attnpack.archive.verify import verify_archive
 from attnpack.builder import BuildRequest, build_archives
 from attnpack.builder.backends.triton import cuobjdump, disassemble
 from attnpack.family import load_families
-from gluon_plain import GridProgram, kernel_module, launch_order
+from gluon_plain import kernel_module, launch_order
 from test_runtime_fixtures import param_offsets
 
 SHARED_MEMORY_LIMIT = 227 * 1024
@@ -276,12 +276,9 @@ def test_causal_programs_start_longest_block_first_within_head_groups(monkeypatc
     across its heads, so no program of a group starts before every longer one of that group
     (block 0 is the longest a dK/dV program has; dQ reverses its blocks the same way), and a
     last group of fewer heads in the grid's order. Without causal the grid's own order."""
-    bwd = kernel_module("bwd")
-    group = bwd.HEAD_GROUP.value
-    monkeypatch.setattr(bwd, "HEAD_GROUP", group)
+    bwd, group = kernel_module("bwd"), kernel_module("grid").HEAD_GROUP.value
     order = []
-    for x, y in launch_order(blocks, heads):
-        monkeypatch.setattr(bwd, "gl", GridProgram(x, y, blocks, heads))
+    for x, y in launch_order(monkeypatch, bwd, blocks, heads):
         order.append(bwd._block_and_head.fn(True))
         assert bwd._block_and_head.fn(False) == (x, y)
     assert sorted(order) == [(b, h) for b in range(blocks) for h in range(heads)]

@@ -22,7 +22,7 @@ from attnpack.builder import BuildRequest, build_archives
 from attnpack.builder.backends.triton import cuobjdump, disassemble
 from attnpack.builder.build import plan_variants
 from attnpack.family import FunctionalKey, load_families
-from gluon_plain import GridProgram, kernel_module, launch_order
+from gluon_plain import kernel_module, launch_order
 from test_runtime_fixtures import PARAM_ALIGN, PARAM_SIZE, param_offsets
 
 KERNEL = "gluon/fwd/bf16-d128-causal/M64_N128_stages2"
@@ -511,12 +511,9 @@ def test_non_persistent_causal_tiles_start_longest_first_within_head_groups(
     x fastest): every (head, row block) exactly once; under causal HEAD_GROUP heads at a time,
     block by block across a group from the longest (the last row block) down, and a last group
     of fewer heads longest first head by head; without causal a head's row blocks side by side."""
-    fwd = kernel_module("fwd")
-    group = fwd.HEAD_GROUP.value
-    monkeypatch.setattr(fwd, "HEAD_GROUP", group)
+    fwd, group = kernel_module("fwd"), kernel_module("grid").HEAD_GROUP.value
     order = {True: [], False: []}
-    for x, y in launch_order(row_blocks, heads):
-        monkeypatch.setattr(fwd, "gl", GridProgram(x, y, row_blocks, heads))
+    for _ in launch_order(monkeypatch, fwd, row_blocks, heads):
         for causal in (True, False):
             unit = fwd._one_tile_unit.fn(row_blocks, causal)
             _, h, start = fwd._tile.fn(unit, 0, row_blocks, heads, 1, False, causal)

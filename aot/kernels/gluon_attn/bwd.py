@@ -53,6 +53,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma_wait)
 from triton.language.core import _aggregate as aggregate
 
+from .grid import grouped_block_and_head
+
 LOG2E = gl.constexpr(1.4426950408889634)  # the forward's LSE is natural-log; P uses exp2
 HALF_N = gl.constexpr(64)                  # keys per dK/dV consumer (one m64 wgmma row block)
 # How the dK/dV kernel delivers dQ (its DQ_ADD): not at all (the deterministic variant's dQ
@@ -193,33 +195,18 @@ class KeyBlock:
 
 
 # Under causal a head's blocks differ in work (a dK/dV program's first key block sees every
-# query, its last a few; a dQ program's last query block sees every key), and the GPU starts
-# programs in the order of their linear id, x fastest. With the blocks on x, each head's longest
-# block starts first, but the last heads' long blocks start late and run alone at the end: a
-# list-scheduling model of 132 SMs puts that order at 1.14-1.38x the ideal makespan on the GQA
-# 4-8 model shapes (docs/gluon-bwd.md). Heads on x instead (every head's longest block first,
-# run66) gained up to 1.11x where B·heads <= 32, but lost up to 15 % at 128 and more (our
-# reading: the programs running together then read that many heads' Q and dO, where blocks on x
-# have a few heads' in L2 at a time).
-# So the grid stays (blocks, B·heads) and its linear ids are read in groups of HEAD_GROUP heads
-# (a power of two): within a group, block by block across its heads (longest first), group
-# after group.
-HEAD_GROUP = gl.constexpr(8)
-
-
+# query, its last a few; a dQ program's last query block sees every key), so the causal grids
+# are read in head groups, longest block first (grid.py). Heads on x instead (every head's
+# longest block first, run66) gained up to 1.11x where B·heads <= 32, but lost up to 15 % at
+# 128 and more (our reading: the programs running together then read that many heads' Q and dO,
+# where blocks on x have a few heads' in L2 at a time).
 @gluon.jit
 def _block_and_head(CAUSAL: gl.constexpr):
     """(block, batch·head) of this program on the grid (blocks, B·heads): under causal in
-    groups of HEAD_GROUP heads, longest block first across a group (above); otherwise as the
-    grid has it, a head's blocks side by side."""
+    groups of heads, longest block first across a group (block 0 is the longest a dK/dV program
+    has; dQ reverses its blocks); otherwise as the grid has it, a head's blocks side by side."""
     if CAUSAL:
-        first = (gl.program_id(1) // HEAD_GROUP) * HEAD_GROUP  # the group's first head
-        rest = (gl.program_id(1) - first) * gl.num_programs(0) + gl.program_id(0)
-        # A last group of fewer heads keeps the grid's order: a division by its width cost the
-        # dK/dV kernels registers (16-byte spills).
-        whole = first + HEAD_GROUP <= gl.num_programs(1)
-        return (gl.where(whole, rest // HEAD_GROUP, gl.program_id(0)),
-                gl.where(whole, first + rest % HEAD_GROUP, gl.program_id(1)))
+        return grouped_block_and_head()
     else:
         return gl.program_id(0), gl.program_id(1)
 

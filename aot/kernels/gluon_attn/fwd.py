@@ -38,6 +38,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma, warpgroup_mma_wait)
 from triton.language.core import _aggregate as aggregate
 
+from .grid import grouped_block_and_head
+
 LN2 = gl.constexpr(0.6931471805599453)  # ln 2: lse is natural-log
 LOG2E = gl.constexpr(1.4426950408889634)
 # A ring this deep handles K and V apart (FwdBarriers): V lands on barriers of its own, and a
@@ -72,29 +74,14 @@ def _work(B, Hq, Sq, TILE_M: gl.constexpr, PERSISTENT: gl.constexpr, CAUSAL: gl.
     return first, end, step, row_blocks
 
 
-# A non-persistent grid is (row blocks, B·Hq), and the GPU starts programs in the order of their
-# linear id, x fastest. Under causal a work tile's cost grows with its row block, and the grid's
-# order ran each head's row blocks shortest first, head after head, so the last heads' longest
-# tiles ran alone at the end (a list-scheduling model of 132 SMs: 1.04x the ideal makespan at
-# Llama-3.3-70B B1 S8192, 1.08-1.16x at B2 x 16 heads). Its ids are read in groups of
-# HEAD_GROUP heads instead, block by block across a group, longest first (the model: 1.00x on
-# those rows); 8 heads are one KV head's query heads at GQA 8, and at most 8 heads' K/V at once
-# elsewhere. The backward reads its causal grids the same way (bwd._block_and_head).
-HEAD_GROUP = gl.constexpr(8)
-
-
 @gluon.jit
 def _one_tile_unit(row_blocks, CAUSAL: gl.constexpr):
     """The work unit (_tile: bh * row_blocks + (row_blocks - 1 - row block)) of this program of
-    a non-persistent grid (row blocks, B·Hq): under causal in groups of HEAD_GROUP heads,
-    longest first across a group (a last group of fewer heads longest first head by head);
-    otherwise a head's row blocks side by side."""
+    a non-persistent grid (row blocks, B·Hq): under causal the grid read in head groups, longest
+    first across a group (grid.py; the grid's own order ran each head's row blocks shortest
+    first, head after head); otherwise a head's row blocks side by side."""
     if CAUSAL:
-        group_first = (gl.program_id(1) // HEAD_GROUP) * HEAD_GROUP
-        rest = (gl.program_id(1) - group_first) * row_blocks + gl.program_id(0)
-        whole = group_first + HEAD_GROUP <= gl.num_programs(1)
-        bh = gl.where(whole, group_first + rest % HEAD_GROUP, gl.program_id(1))
-        rank = gl.where(whole, rest // HEAD_GROUP, gl.program_id(0))  # 0: the longest
+        rank, bh = grouped_block_and_head(row_blocks)  # rank 0: the longest row block
         return bh * row_blocks + rank
     else:
         return gl.program_id(1) * row_blocks + (row_blocks - 1 - gl.program_id(0))

@@ -1,0 +1,32 @@
+"""Where a program of a causal grid (blocks, B·heads) works: one rule for the forward's
+non-persistent grid and the backward's dK/dV and dQ grids.
+
+Under causal a head's blocks differ in work, and the GPU starts programs in the order of their
+linear id, x fastest. With the blocks on x the last heads' longest blocks start late and run
+alone at the end: a list-scheduling model of 132 SMs puts that order at 1.14-1.38x the ideal
+makespan on the backward's GQA 4-8 model shapes and at 1.04-1.16x on the forward's long
+non-persistent causal rows. So the grid stays as it is and its linear ids are read in groups of
+HEAD_GROUP heads (a power of two): within a group block by block across its heads, longest
+first, group after group. At GQA 8 a group is one KV head's query heads. (docs/gluon-bwd.md,
+"Longest first within head groups"; docs/gluon-family.md, "Where the time goes", item 13.)
+"""
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+
+HEAD_GROUP = gl.constexpr(8)
+
+
+@gluon.jit
+def grouped_block_and_head(blocks=None):
+    """(rank, head) of this program of a (blocks, heads) grid read in groups of HEAD_GROUP
+    heads: rank 0 is each head's longest block, which the caller maps to its block. `blocks` is
+    the grid's x extent where the caller has it at hand (None: read from the grid). A last
+    group of fewer heads keeps the grid's order, (program_id(0), program_id(1)): a division by
+    its width cost the backward's dK/dV kernels registers (16-byte spills)."""
+    first = (gl.program_id(1) // HEAD_GROUP) * HEAD_GROUP  # the group's first head
+    if blocks is None:
+        blocks = gl.num_programs(0)
+    rest = (gl.program_id(1) - first) * blocks + gl.program_id(0)
+    whole = first + HEAD_GROUP <= gl.num_programs(1)
+    return (gl.where(whole, rest // HEAD_GROUP, gl.program_id(0)),
+            gl.where(whole, first + rest % HEAD_GROUP, gl.program_id(1)))
