@@ -227,6 +227,20 @@ def test_fast_variants_add_dq_the_way_they_declare(bwd_archive):
     assert seen == {"tma": 24, "atomic": 24 + WIDE_KERNELS // 2}
 
 
+def test_no_step_has_its_wgmmas_serialized(bwd_archive):
+    """No backward step's wgmmas are serialized by ptxas (C7512: each k-step would wait for
+    itself; attnpack.builder.sass.wgmma_serialized). The deterministic dQ kernel was, while it
+    kept its dQ accumulator in flight across key tiles."""
+    if not cuobjdump().is_file():
+        pytest.skip(f"no cuobjdump in the triton package ({cuobjdump()})")
+    from attnpack.builder import sass
+    ar = read_archive(bwd_archive)
+    serialized = [(kernel["name"], step["name"]) for kernel in ar.kernels
+                  for step in kernel["steps"]
+                  if sass.wgmma_serialized(sass.instructions(ar.image(step["image"])))]
+    assert serialized == []
+
+
 def test_head_dim_256_runs_on_the_wide_kernel(bwd_archive):
     """Head dim 256 has the wide kernels only (64 keys a program, grid Sk/64): the fast one with
     the fast variant's preprocess, accumulator and convert around it, the deterministic one

@@ -49,8 +49,7 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language._core import builtin
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma,
-                                                              warpgroup_mma, warpgroup_mma_init,
-                                                              warpgroup_mma_wait)
+                                                              warpgroup_mma, warpgroup_mma_wait)
 from triton.language.core import _aggregate as aggregate
 
 from .grid import grouped_block_and_head
@@ -770,9 +769,10 @@ def _dq_consume(dq_desc, smem, bars, lse_ptr, delta_ptr, Hq, Hkv, Sq, Sk, sm_sca
     lse = gl.load(lse_ptr + at, mask=rows < Sq, other=float("inf"))
     delta = gl.load(delta_ptr + at, mask=rows < Sq, other=0.0)
     s_zero = gl.zeros([HALF_N, BLOCK_N], gl.float32, s_layout)
-    # dQ stays an in-flight wgmma accumulator across iterations: its GEMM of tile j finishes
-    # behind the QKᵀ and dO·Vᵀ of tile j + 1
-    dq = warpgroup_mma_init(gl.zeros([HALF_N, HEAD_DIM], gl.float32, dq_layout))
+    # dQ is waited for at the end of each key tile. Kept in flight across tiles (its GEMM of tile
+    # j finishing behind the QKᵀ and dO·Vᵀ of tile j + 1), ptxas found too few registers for
+    # the wgmma pipeline and serialized every wgmma of the kernel (C7512; docs/gluon-bwd.md).
+    dq = gl.zeros([HALF_N, HEAD_DIM], gl.float32, dq_layout)
     ds_op = gl.zeros([HALF_N, BLOCK_N], dtype, op_layout)
 
     mbarrier.wait(bars.q_ready.index(CONSUMER), 0)
@@ -783,27 +783,22 @@ def _dq_consume(dq_desc, smem, bars, lse_ptr, delta_ptr, Hq, Hkv, Sq, Sk, sm_sca
         mbarrier.wait(bars.kv_ready.index(stage), (j // STAGES) & 1)
         k = smem.k.index(stage).reshape([BLOCK_N, HEAD_DIM])
         v = smem.v.index(stage).reshape([BLOCK_N, HEAD_DIM])
-        # ---- S = Q·Kᵀ and dP = dO·Vᵀ, queued behind the previous tile's dQ GEMM
+        # ---- S = Q·Kᵀ and dP = dO·Vᵀ
         s = warpgroup_mma(q, k.permute([1, 0]), s_zero, use_acc=False, is_async=True)
         dp = warpgroup_mma(do, v.permute([1, 0]), s_zero, use_acc=False, is_async=True)
-        # wgmma groups retire in order: two left in flight means dQ(j - 1) is done, and its
-        # K/V slot is free (before tile 0 there is nothing to wait for or release)
-        dq, ds_op = warpgroup_mma_wait(2, deps=[dq, ds_op])
-        mbarrier.arrive(bars.kv_free.index((j + STAGES - 1) % STAGES), pred=j > 0)
         s = warpgroup_mma_wait(1, deps=[s])
         # ---- P = exp(scale·S − LSE) from the forward's LSE, the difference in natural units
         # before the base change and at most 0 (as the triton family's), masked on the
         # diagonal and past Sk
         p = _dq_probabilities(s, lse, j * BLOCK_N, rows, row0, Sk, sm_scale, s_layout, BLOCK_N,
                               CAUSAL)
-        # ---- dS = P ⊙ (dP − Δ); dQ += dS·K, left in flight
+        # ---- dS = P ⊙ (dP − Δ); dQ += dS·K; then the tile's K/V slot is free
         dp = warpgroup_mma_wait(0, deps=[dp])
         ds = p * (dp - gl.expand_dims(delta, 1))
         ds_op = gl.convert_layout(ds.to(dtype), op_layout)
         dq = warpgroup_mma(ds_op, k, dq, is_async=True)
-    dq, ds_op = warpgroup_mma_wait(0, deps=[dq, ds_op])
-    if blk.n_tiles > 0:
-        mbarrier.arrive(bars.kv_free.index((blk.n_tiles - 1) % STAGES))
+        dq, ds_op = warpgroup_mma_wait(0, deps=[dq, ds_op])
+        mbarrier.arrive(bars.kv_free.index(stage))
 
     # ---- epilogue: through this consumer's Q slot (its last QKᵀ is done) and a TMA store
     out = smem.q.index(CONSUMER)
