@@ -2,7 +2,8 @@
 bench/ncu_rows.py (rows chosen from a results.json, ncu's raw CSV read and cut at the marker
 kernels, the table), and bench/decode_rows.py's report. The CSV below is written in the layout
 of `ncu --page raw --csv --print-units base` (a header, a units row, a row a kernel, ncu's own
-lines before them); a real one comes back from the device run that bench/ncu_rows.py is for."""
+lines before them), with the metric names and units Nsight Compute 2025.3 wrote on the H200;
+fixtures/bench/ncu_raw_decode_row.csv is the first row of that run (run81), as it came back."""
 from __future__ import annotations
 
 import contextlib
@@ -20,16 +21,16 @@ COLUMNS = ["ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Cont
            "Block Size", "Grid Size", "Device", "CC", "gpu__time_duration.sum",
            "sm__throughput.avg.pct_of_peak_sustained_elapsed",
            "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active",
-           "dram__throughput.avg.pct_of_peak_sustained_elapsed",
-           "launch__registers_per_thread", "smsp__average_warps_active_per_issue_active.ratio",
+           "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
+           "launch__registers_per_thread", "smsp__average_warp_latency_per_inst_issued.ratio",
            "l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum",
            "l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum",
            "smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio",
            "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio",
            "smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio",
            "smsp__average_warps_issue_stalled_wait_per_issue_active.ratio"]
-UNITS = ["", "", "", "", "", "", "", "", "", "", "", "nsecond", "%", "%", "%",
-         "register/thread", "ratio", "byte", "byte", "ratio", "ratio", "ratio", "ratio"]
+UNITS = ["", "", "", "", "", "", "", "", "", "", "", "ns", "%", "%", "%",
+         "register/thread", "cycle", "byte", "byte", "inst", "inst", "inst", "inst"]
 
 
 def kernel_line(i, name, ns, busy, tensor, dram, regs, ld, st, stalls):
@@ -95,7 +96,7 @@ def test_rows_below_the_ratio_come_worst_first():
 def test_raw_csv_is_cut_into_rows_at_the_markers():
     kernels = ncu.read_raw_csv(OURS)
     assert len(kernels) == 5 and kernels[1]["Kernel Name"] == "attn_fwd_pingpong"
-    assert kernels[1]["units"]["gpu__time_duration.sum"] == "nsecond"
+    assert kernels[1]["units"]["gpu__time_duration.sum"] == "ns"
     groups = ncu.split_at_markers(kernels)
     assert [[k["Kernel Name"] for k in g] for g in groups] == \
         [["attn_fwd_pingpong"], ["attn_fwd_split", "attn_fwd_merge"]]
@@ -109,13 +110,28 @@ def test_a_side_sums_its_kernels_and_reads_its_longest_kernels_metrics():
     assert s["us"] == pytest.approx(110.88) and s["kernels"] == 1
     assert (s["SM busy %"], s["tensor pipe %"], s["DRAM %"], s["registers"]) == \
         (37.96, 61.5, 48.46, 168)
-    assert s["cycles between issues"] == pytest.approx(6.34)
+    assert s["warp cycles per issue"] == pytest.approx(6.34)
     assert s["stalls"] == [("barrier", 2.84), ("math_pipe_throttle", 1.2), ("long_scoreboard", 0.9)]
     s = ncu.summarize(second)
     assert s["us"] == pytest.approx(253.7005) and s["main"] == "attn_fwd_split"
     assert s["main_us"] == pytest.approx(250.0005)
     assert s["local bytes"] == 1536 and s["occupancy %"] is None  # not in this CSV
     assert ncu.summarize([]) == {"us": None, "kernels": 0}
+
+
+def test_a_real_ncu_csv_reads_as_one_row_of_two_kernels():
+    """run81's first row (Llama-3.2-1B decode B64 Sk4096), as Nsight Compute 2025.3 wrote it:
+    the split-KV kernel and its combine after the marker, every table column found."""
+    text = (ROOT / "tests/cpu/fixtures/bench/ncu_raw_decode_row.csv").read_text()
+    (row,) = ncu.split_at_markers(ncu.read_raw_csv(text))
+    assert [k["Kernel Name"] for k in row] == ["attn_fwd_decode_split", "attn_fwd_decode_combine"]
+    s = ncu.summarize(row)
+    assert s["us"] == pytest.approx(148.352 + 6.752) and s["main_us"] == pytest.approx(148.352)
+    assert s["main"] == "attn_fwd_decode_split"
+    assert all(s[col] is not None for col in ncu.PATTERNS), s
+    assert s["registers"] == 124 and s["local bytes"] == 0
+    assert 0 < s["DRAM %"] < 100 and s["warp cycles per issue"] > 1
+    assert s["stalls"][0][0] == "short_scoreboard"
 
 
 def test_table_puts_both_sides_of_each_row_together(tmp_path):

@@ -18,15 +18,15 @@ import math
 import re
 
 MARKER = "spin_kernel"
-# ncu's base units for durations, in microseconds
-TIME_UNITS = {"nsecond": 1e-3, "usecond": 1.0, "msecond": 1e3, "second": 1e6}
+# ncu's units for durations, in microseconds (Nsight Compute 2025.3 writes "ns")
+TIME_UNITS = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
 DURATION = "gpu__time_duration.sum"
 PATTERNS = {  # table column -> the raw metric it reads (first match)
     "SM busy %": r"^sm__throughput\.avg\.pct_of_peak_sustained_elapsed$",
     "tensor pipe %": r"^sm__pipe_tensor_op_(gmma|hmma)_cycles_active\.avg\.pct_of_peak_sustained_"
                      r"(active|elapsed)$",
-    "DRAM %": r"^dram__throughput\.avg\.pct_of_peak_sustained_elapsed$",
-    "cycles between issues": r"^smsp__average_warps_active_per_issue_active\.ratio$",
+    "DRAM %": r"^gpu__dram_throughput\.avg\.pct_of_peak_sustained_elapsed$",
+    "warp cycles per issue": r"^smsp__average_warp_latency_per_inst_issued\.ratio$",
     "registers": r"^launch__registers_per_thread$",
     "occupancy %": r"^sm__warps_active\.avg\.pct_of_peak_sustained_active$",
     "local bytes": r"^l1tex__t_bytes_pipe_lsu_mem_local_op_(ld|st)\.sum$",
@@ -77,7 +77,7 @@ def number(text) -> float | None:
 
 def duration_us(kernel: dict) -> float | None:
     value = number(kernel.get(DURATION, ""))
-    scale = TIME_UNITS.get(kernel["units"].get(DURATION, "nsecond"))
+    scale = TIME_UNITS.get(kernel["units"].get(DURATION, "ns"))
     return None if value is None or scale is None else value * scale
 
 
