@@ -4,11 +4,11 @@ shape, against the kernel the archive's database picks for it and against cuDNN.
     PYTHONPATH=python python3 bench/decode_rows.py --archive tuning/attnpack-0.1.0-sm_90.apk \\
         [--shapes bench/model_shapes.json] [--kernel-filter decode1] [--json decode_rows.json]
 
-A decode key is tuned at one batch a streams class (B·Hkv up to 64, or above: the tuner's
-DECODE_SEQUENCES, 4 or 16 sequences of 8 KV heads), but the model set's decode rows run 32 to
-1024 streams (Llama-3.2-1B B64 Sk4096: 512, at 0.83x cuDNN in run76). This measures whether the
-winner at a row's own batch is the kernel the database picks, which is what a finer streams
-class would need to be worth adding (issue 16). It times each candidate as `attnpack tune`
+A decode key is tuned at one batch a streams class (the tuner's DECODE_SEQUENCES, 4 to 64
+sequences of 8 KV heads), while the model set's decode rows run 32 to 1024 streams. This
+measures whether the winner at a row's own batch is the kernel the database picks: run81 found
+it was not at 512 and 1024 streams (1.13-1.14x), when the largest class was 128, which is why
+the classes 256 and 512 exist (attnpack.tune.buckets). It times each candidate as `attnpack tune`
 does (attnpack.tune.runner: its correctness bound against float32 math, its Bench, cuDNN and
 flash timed the same way) and prints, per row, the picked kernel's time, the fastest kernel's
 and cuDNN's.

@@ -122,10 +122,10 @@ def test_db_selects_what_the_build_compiles(tmp_path, toy_build):
     assert len(names) == 5 and "toy/fwd/fp16-d32-full/BLOCK32_warps2" in names
     tuning = ar.index["tuning"]
     assert tuning["buckets"]["seqlen"][:2] == [16, 128] and tuning["buckets"]["gqa"] == [1, 2, 4, 8]
-    assert tuning["buckets"]["streams"] == [64, 128]
+    assert tuning["buckets"]["streams"] == [64, 128, 256, 512]
     # the entry had no streams class: it gets the class its key is tuned in (runner.natural_key)
     assert tuning["entries"] == [{"op": "fwd", "dtype": "fp16", "head_dim": 32, "causal": False,
-                                  "gqa": 1, "sq": 1024, "sk": 1024, "streams": 128,
+                                  "gqa": 1, "sq": 1024, "sk": 1024, "streams": 512,
                                   "kernel": "toy/fwd/fp16-d32-full/BLOCK32_warps2"}]
     assert tuning["provenance"] == {"status": "untuned"}
 
@@ -133,7 +133,7 @@ def test_db_selects_what_the_build_compiles(tmp_path, toy_build):
 def test_db_naming_a_missing_kernel_fails_the_build(tmp_path):
     save_db(_toy_db("toy/fwd/fp16-d32-full/BLOCK64_warps9"), tmp_path / "sm_90.jsonl")
     with pytest.raises(BuildError, match=r"sm_90.jsonl: entry fwd fp16 d32 full gqa1 sq1024 "
-                                         r"sk1024 streams128 selects toy/fwd/fp16-d32-full/BLOCK64_warps9, "
+                                         r"sk1024 streams512 selects toy/fwd/fp16-d32-full/BLOCK64_warps9, "
                                          r"which no family declares for sm_90"):
         build(tmp_path / "out", FIXTURES / "kernels", None, archs=("sm_90",),
               tuning_db_dir=tmp_path)
@@ -243,14 +243,15 @@ def test_a_keys_file_entry_without_a_class_tunes_decode_in_every_class():
     from attnpack.tune.runner import keys_from_fields, natural_key
     decode = {"op": "fwd", "dtype": "bf16", "head_dim": 128, "causal": False, "gqa": 8, "sq": 16,
               "sk": 8192}
-    assert [k.streams for k in keys_from_fields(decode)] == [64, 128]
+    assert [k.streams for k in keys_from_fields(decode)] == [64, 128, 256, 512]
     assert [k.streams for k in keys_from_fields({**decode, "streams": 64})] == [64]
     prefill = {**decode, "sq": 1024, "sk": 1024}
     assert keys_from_fields(prefill) == [natural_key(**prefill)]
 
 
 @pytest.mark.parametrize("b, hkv, expected", [(1, 1, 64), (8, 8, 64), (9, 8, 128), (1, 65, 128),
-                                              (64, 8, 128), (4096, 8, 128)])
+                                              (16, 8, 128), (32, 8, 256), (17, 15, 256),
+                                              (33, 8, 512), (64, 8, 512), (4096, 8, 512)])
 def test_streams_classes(b, hkv, expected):
     from attnpack.tune.buckets import streams_class
     assert streams_class(b, hkv) == expected

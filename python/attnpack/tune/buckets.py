@@ -10,19 +10,22 @@ decode keys are timed at Sq=16. The GQA ratio Hq/Hkv uses
 GQA_BOUNDS (ratio 1 is MHA; 3 and 4 share class 4; 16 falls into 8).
 
 The streams class buckets B·Hkv, the (batch, KV head) pairs, by STREAM_BOUNDS: class 64 holds
-up to 64 pairs, class 128 everything above. It is what decides split-KV decode: a decode kernel
-runs one program per pair, so 64 pairs leave most of an H200's 132 SMs idle and splitting each
-pair's keys over several programs wins, while 128 and more fill the GPU without it (measured,
-docs/triton-family.md "Decode"). Decode keys are tuned in both classes. Prefill keys carry the
-class of the batch they were timed at (attnpack.tune.runner.timing_shape), and selection treats
-the class as a tie-break between entries equally near in GQA, Sq and Sk (tune/db.py,
-nearest_entry), so a prefill problem never trades a nearer sequence bucket for it.
+up to 64 pairs, 128 up to 128, 256 up to 256, and 512 everything above. It is what decides
+split-KV decode: a decode kernel runs one program per pair, so 64 pairs leave most of an H200's
+132 SMs idle and splitting each pair's keys over several programs wins (measured,
+docs/triton-family.md "Decode"), while from some hundreds of pairs on the unsplit kernels win:
+at 512 and 1024 pairs a decode kernel ran 1.13-1.14x faster than the pick of class 128, the
+largest class until the sixteenth session (run81, bench/decode_rows.py). Decode keys are tuned in
+every class. Prefill keys carry the class of the batch they were timed at
+(attnpack.tune.runner.timing_shape), and selection treats the class as a tie-break between
+entries equally near in GQA, Sq and Sk (tune/db.py, nearest_entry), so a prefill problem never
+trades a nearer sequence bucket for it.
 """
 from __future__ import annotations
 
 SEQLEN_BOUNDS = (16, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 GQA_BOUNDS = (1, 2, 4, 8)
-STREAM_BOUNDS = (64, 128)
+STREAM_BOUNDS = (64, 128, 256, 512)
 
 
 def bucket(value: int, bounds: tuple[int, ...]) -> int:

@@ -53,8 +53,11 @@ TIMING_HEADS_KV = 8
 # as far as the key's streams class and the caps allow.
 BWD_MIN_PROGRAMS = 512
 BWD_KEYS_PER_PROGRAM = 128
-# decode keys: sequences timed per streams class; x 8 KV heads, 32 and 128 (batch, KV head) pairs
-DECODE_SEQUENCES = {64: 4, 128: 16}
+# decode keys: sequences timed per streams class; x 8 KV heads, 32, 128, 256 and 512 (batch, KV
+# head) pairs. DECODE_CLASS is the class a decode entry with neither class nor shape (written
+# before the classes, when decode keys were timed at 16 sequences) was measured in.
+DECODE_SEQUENCES = {64: 4, 128: 16, 256: 32, 512: 64}
+DECODE_CLASS = 128
 # The run-off. The same kernel timed at the same key in two tuning runs (run42 and run43 of
 # 2026-12-02, on two machines) differed by 0.88-1.14x (5-95 % of 1540 pairs, after the
 # machines' 0.97x): one median of REPS decides little between candidates that close.
@@ -83,8 +86,8 @@ def standard_keys(ops=("fwd", "bwd"), dtypes=("bf16", "fp16"), head_dims=(64, 12
 def natural_key(op: str, dtype: str, head_dim: int, causal: bool, gqa: int, sq: int,
                 sk: int) -> TuneKey:
     """The key with the streams class it is tuned in when none is named: a prefill key's is
-    its timing batch's (B·Hkv), a decode key's the larger class (DECODE_SEQUENCES)."""
-    streams = (STREAM_BOUNDS[-1] if sq <= SEQLEN_BOUNDS[0] else
+    its timing batch's (B·Hkv), a decode key's DECODE_CLASS (16 sequences)."""
+    streams = (DECODE_CLASS if sq <= SEQLEN_BOUNDS[0] else
                streams_class(_prefill_batch(op, head_dim, causal, gqa, sq, sk), TIMING_HEADS_KV))
     return TuneKey(op, dtype, head_dim, bool(causal), gqa, sq, sk, streams)
 
