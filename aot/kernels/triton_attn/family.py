@@ -54,6 +54,10 @@ FWD_CONFIGS = (
     {"decode": 1, "split": 1024, "M": 16, "N": 64, "warps": 4, "stages": 3},
     {"decode": 1, "split": 1024, "M": 64, "N": 64, "warps": 4, "stages": 3},
     {"decode": 1, "split": 512, "M": 16, "N": 32, "warps": 4, "stages": 3},  # head dim 256
+    {"decode": 1, "M": 16, "N": 64, "warps": 8, "stages": 3},
+    {"decode": 1, "M": 64, "N": 64, "warps": 8, "stages": 3},
+    {"decode": 1, "split": 1024, "M": 16, "N": 64, "warps": 8, "stages": 3},
+    {"decode": 1, "split": 512, "M": 16, "N": 64, "warps": 8, "stages": 3},
 )
 DECODE_MAX_SQ = 16
 COMBINE_CHUNKS = 16  # chunk results one merge step reads at a time
