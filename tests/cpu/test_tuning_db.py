@@ -249,6 +249,25 @@ def test_a_keys_file_entry_without_a_class_tunes_decode_in_every_class():
     assert keys_from_fields(prefill) == [natural_key(**prefill)]
 
 
+def test_committed_entries_carry_their_timing_shapes_class():
+    """Each entry of the committed database is in the streams class of the batch it was timed
+    at, and a prefill entry in the class its key is tuned in (runner.natural_key): a bound added
+    to STREAM_BOUNDS must move the entries with it, as the sixteenth session's 256 and 512 did."""
+    from attnpack.tune.buckets import SEQLEN_BOUNDS, streams_class
+    from attnpack.tune.db import load_db
+    from attnpack.tune.runner import natural_key
+    db = load_db(Path(__file__).resolve().parents[2] / "aot" / "tuning_db" / "sm_90.jsonl")
+    wrong = []
+    for key, entry in db.entries.items():
+        shape = entry["shape"]
+        if key.streams != streams_class(shape["B"], shape["Hkv"]):
+            wrong.append(f"{key.text}: timed at B={shape['B']} x {shape['Hkv']}")
+        elif key.sq > SEQLEN_BOUNDS[0] and key.streams != natural_key(
+                key.op, key.dtype, key.head_dim, key.causal, key.gqa, key.sq, key.sk).streams:
+            wrong.append(f"{key.text}: not the class its key is tuned in")
+    assert wrong == []
+
+
 @pytest.mark.parametrize("b, hkv, expected", [(1, 1, 64), (8, 8, 64), (9, 8, 128), (1, 65, 128),
                                               (16, 8, 128), (32, 8, 256), (17, 15, 256),
                                               (33, 8, 512), (64, 8, 512), (4096, 8, 512)])
