@@ -381,3 +381,14 @@ def test_tuner_queues_its_timed_reps_and_waits_once(monkeypatch):
     assert log == (["call"] * runner.WARMUP
                    + ["flush", lead, "record", "call", "record"] * runner.REPS + ["sync"])
     assert times == [2.0] * runner.REPS          # two log entries between start and end: 2 us
+
+
+def test_candidates_refused_for_one_reason_are_logged_once():
+    from attnpack.tune.runner import not_candidate_lines
+    why = "requires Sq <= 16 (the decode kernel serves at most 16 query rows per head): Sq=8192"
+    lines = not_candidate_lines({"triton/fwd/bf16-d64-full/decode1_split512_M16_N32": why,
+                                 "triton/fwd/bf16-d64-full/decode1_M16_N32": why,
+                                 "x/fwd/bf16-d64-full/other": "needs Sk % 64 == 0"})
+    assert lines == [f"  not candidates here ({why}): decode1_M16_N32, decode1_split512_M16_N32",
+                     "  not candidates here (needs Sk % 64 == 0): other"]
+    assert not_candidate_lines({}) == []

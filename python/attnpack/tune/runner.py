@@ -375,6 +375,17 @@ def tune(archive_path: Path, keys: Iterable[TuneKey], out_path: Path,
     return db
 
 
+def not_candidate_lines(unsupported: dict[str, str]) -> list[str]:
+    """One log line per reason the runtime refused candidates for (kernel name -> its message):
+    at a prefill key every decode kernel gives the same one, so the log says it once, with the
+    configs it covers."""
+    by_reason: dict[str, list[str]] = {}
+    for name, message in sorted(unsupported.items()):
+        by_reason.setdefault(message, []).append(name.rsplit("/", 1)[-1])
+    return [f"  not candidates here ({reason}): {', '.join(configs)}"
+            for reason, configs in by_reason.items()]
+
+
 def tune_key(torch, runtime, bundle, bench: Bench, index: dict, key: TuneKey, log) -> dict | None:
     cands = candidates(index, key)
     if not cands:
@@ -387,17 +398,19 @@ def tune_key(torch, runtime, bundle, bench: Bench, index: dict, key: TuneKey, lo
     q, k, v, do = _inputs(torch, dtype, 1, CHECK_HEADS_KV * key.gqa, CHECK_HEADS_KV, key.sq,
                           key.sk, key.head_dim, grad)
     ref = _reference(torch, q, k, v, do, key.causal)
-    errors = {}
+    errors, unsupported = {}, {}
     for c in cands:
         try:
             errors[c["name"]] = Candidate(runtime, bundle, c["name"], key, scale).error(
                 torch, q, k, v, do, ref)
         except runtime.AttnpackError as e:
             if e.status == runtime.Status.UNSUPPORTED:  # its `requires` (a decode kernel at Sq > 16)
-                log(f"  {c['name']}: not a candidate here ({e.message})")
+                unsupported[c["name"]] = e.message
                 continue
             errors[c["name"]] = math.inf
             log(f"  {c['name']}: {e}")
+    for line in not_candidate_lines(unsupported):
+        log(line)
     if not errors:  # e.g. a backward key over an archive with no forward for O and LSE
         log(f"skip {key.text}: no candidate can run here (each says why above)")
         return None
