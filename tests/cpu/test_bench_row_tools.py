@@ -129,7 +129,7 @@ def test_a_real_ncu_csv_reads_as_one_row_of_two_kernels():
     assert s["us"] == pytest.approx(148.352 + 6.752) and s["main_us"] == pytest.approx(148.352)
     assert s["main"] == "attn_fwd_decode_split"
     assert all(s[col] is not None for col in ncu.PATTERNS), s
-    assert s["registers"] == 124 and s["local bytes"] == 0
+    assert s["registers"] == 124 and s["local bytes"] == 0 and 0 < s["XU pipe %"] < 100
     assert 0 < s["DRAM %"] < 100 and s["warp cycles per issue"] > 1
     assert s["stalls"][0][0] == "short_scoreboard"
 

@@ -30,6 +30,8 @@ PATTERNS = {  # table column -> the raw metric it reads (first match)
     "registers": r"^launch__registers_per_thread$",
     "occupancy %": r"^sm__warps_active\.avg\.pct_of_peak_sustained_active$",
     "local bytes": r"^l1tex__t_bytes_pipe_lsu_mem_local_op_(ld|st)\.sum$",
+    # the MUFU pipe, where exp2 runs: is the softmax bound by its exponentials?
+    "XU pipe %": r"^sm__inst_executed_pipe_xu\.avg\.pct_of_peak_sustained_active$",
 }
 STALL = re.compile(r"^smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio$")
 
