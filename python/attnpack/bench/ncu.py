@@ -21,7 +21,7 @@ MARKER = "spin_kernel"
 # ncu's units for durations, in microseconds (Nsight Compute 2025.3 writes "ns")
 TIME_UNITS = {"ns": 1e-3, "us": 1.0, "ms": 1e3, "s": 1e6}
 DURATION = "gpu__time_duration.sum"
-PATTERNS = {  # table column -> the raw metric it reads (first match)
+PATTERNS = {  # table column -> the raw metric it reads (first match; every match for SUMMED)
     "SM busy %": r"^sm__throughput\.avg\.pct_of_peak_sustained_elapsed$",
     "tensor pipe %": r"^sm__pipe_tensor_op_(gmma|hmma)_cycles_active\.avg\.pct_of_peak_sustained_"
                      r"(active|elapsed)$",
@@ -33,6 +33,7 @@ PATTERNS = {  # table column -> the raw metric it reads (first match)
     # the MUFU pipe, where exp2 runs: is the softmax bound by its exponentials?
     "XU pipe %": r"^sm__inst_executed_pipe_xu\.avg\.pct_of_peak_sustained_active$",
 }
+SUMMED = {"local bytes"}  # the columns whose metrics add up: local loads and stores
 STALL = re.compile(r"^smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio$")
 
 
@@ -95,14 +96,14 @@ def split_at_markers(kernels: list[dict]) -> list[list[dict]]:
     return groups or []
 
 
-def metric(kernel: dict, pattern: str) -> float | None:
-    """The first metric whose name matches `pattern`, as a number; the two local-memory
-    directions are summed."""
+def metric(kernel: dict, pattern: str, summed: bool = False) -> float | None:
+    """The first metric whose name matches `pattern`, as a number, or with `summed` the sum of
+    every match (a column made of several metrics, SUMMED)."""
     found = [number(v) for k, v in kernel.items() if k != "units" and re.search(pattern, k)]
     found = [v for v in found if v is not None]
     if not found:
         return None
-    return sum(found) if "local" in pattern else found[0]
+    return sum(found) if summed else found[0]
 
 
 def stalls(kernel: dict, top: int = 3) -> list[tuple[str, float]]:
@@ -123,7 +124,7 @@ def summarize(kernels: list[dict]) -> dict:
     longest_us, main = max(timed, key=lambda t: t[0])
     side = {"us": sum(t for t, _ in timed), "kernels": len(kernels), "main": main["Kernel Name"],
             "main_us": longest_us, "stalls": stalls(main)}
-    side.update({col: metric(main, pattern) for col, pattern in PATTERNS.items()})
+    side.update({col: metric(main, pattern, col in SUMMED) for col, pattern in PATTERNS.items()})
     return side
 
 
