@@ -58,6 +58,13 @@ FWD_CONFIGS = (
     {"decode": 1, "M": 64, "N": 64, "warps": 8, "stages": 3},
     {"decode": 1, "split": 1024, "M": 16, "N": 64, "warps": 8, "stages": 3},
     {"decode": 1, "split": 512, "M": 16, "N": 64, "warps": 8, "stages": 3},
+    # long chunks, for one wave of two or three programs per SM: an H200 holds 396 of these at
+    # once (70 KiB of shared memory each). 128 streams of 8192 keys make 1024 programs in
+    # 1024-key chunks (2.6 waves), 512 in 2048-key chunks and 256 in 4096-key chunks; run83 saw
+    # one unsplit program per SM (128 streams) stream K/V at 3.7 TB/s, two (256) at 4.3 TB/s
+    {"decode": 1, "split": 2048, "M": 16, "N": 64, "warps": 4, "stages": 3},
+    {"decode": 1, "split": 4096, "M": 16, "N": 64, "warps": 4, "stages": 3},
+    {"decode": 1, "split": 8192, "M": 16, "N": 64, "warps": 4, "stages": 3},
 )
 DECODE_MAX_SQ = 16
 COMBINE_CHUNKS = 16  # chunk results one merge step reads at a time
