@@ -122,6 +122,21 @@ def test_unknown_vendor_is_refused_and_unknown_arch_fails_verify(sm90, tmp_path)
                         "python/attnpack/targets.py"]
 
 
+@pytest.mark.parametrize("field,value,problem", [
+    ("compilers", 7, "`compilers` is not a list of compiler names"),
+    ("provenance", "MIT", "provenance is not a map"),
+])
+def test_malformed_family_policy_is_a_problem_not_a_crash(sm90, tmp_path, field, value, problem):
+    # found by the runtime's fuzzer: a mutant whose family policy had an int for `compilers`
+    # passed the C++ reader and made verify raise TypeError
+    families = read_archive(sm90).index["families"]
+    name = next(iter(families))
+    bad = {**families, name: {**families[name], field: value}}
+    path = _rewrite(sm90, tmp_path / "attnpack-0.1.0-sm_90.apk", families=bad)
+    _, problems, _ = verify_archive(path)
+    assert problems == [f"attnpack-0.1.0-sm_90.apk: families: {name}: {problem}"]
+
+
 def test_image_for_another_arch(toy_build, tmp_path):
     # gfx950 code objects in an archive that claims gfx942: the ELF check catches it.
     path = _rewrite(toy_build.out_dir / "attnpack-0.1.0-gfx950.apk",

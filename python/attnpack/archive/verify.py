@@ -116,20 +116,34 @@ def _check_requires(records) -> list[str]:
 def _check_families(ar: Archive) -> list[str]:
     """Each family's policy is complete, and the compilers its backend used are recorded."""
     problems = []
-    for name, fam in ar.index.get("families", {}).items():
+    families = ar.index.get("families", {})
+    if not isinstance(families, dict):
+        return ["families: not a map of family name to policy"]
+    for name, fam in families.items():
         where = f"families: {name}"
+        if not isinstance(fam, dict):
+            problems.append(f"{where}: the policy is not a map")
+            continue
         if not isinstance(fam.get("priority"), int):
             problems.append(f"{where}: no integer priority")
         if not isinstance(fam.get("backend"), str):
             problems.append(f"{where}: no backend")
         prov = fam.get("provenance", {})
-        missing = [k for k in ("license", "origin") if not prov.get(k)]
-        if missing:
+        missing = ([k for k in ("license", "origin") if not prov.get(k)]
+                   if isinstance(prov, dict) else None)
+        if missing is None:
+            problems.append(f"{where}: provenance is not a map")
+        elif missing:
             problems.append(f"{where}: provenance lacks {missing}")
         if "notice" in fam and not (isinstance(fam["notice"], str) and fam["notice"].strip()):
             problems.append(f"{where}: `notice` is not a text")
-        for c in fam.get("compilers", []):
-            if not ar.meta.get("compilers", {}).get(c):
+        compilers = fam.get("compilers", [])
+        if not (isinstance(compilers, list) and all(isinstance(c, str) for c in compilers)):
+            problems.append(f"{where}: `compilers` is not a list of compiler names")
+            continue
+        recorded = ar.meta.get("compilers", {})
+        for c in compilers:
+            if not (isinstance(recorded, dict) and recorded.get(c)):
                 problems.append(f"meta: the {c} compiler version is not recorded "
                                 f"(family {name} is built with it)")
     return problems
