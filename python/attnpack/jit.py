@@ -72,6 +72,14 @@ def resolve(word: str, tensors: Mapping[str, torch.Tensor], sizes: Mapping[str, 
     raise ValueError(f"word {word} ({w.source}) has no value in a Triton JIT launch")
 
 
+def descriptor(tmap, tensors: Mapping[str, torch.Tensor]):
+    """Triton's host descriptor of a step's tensor map: the whole tensor, the map's box. Rows and
+    columns past the tensor read as zeros, as the runtime's CUtensorMap does."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+    t = tensors[tmap.tensor]
+    return TensorDescriptor(t, list(t.shape), list(t.stride()), list(tmap.block))
+
+
 def launch(variant: Variant, tensors: Mapping[str, torch.Tensor], sm_scale: float | None = None,
            num_sms: int | None = None) -> None:
     """Run every step of `variant` on `tensors` (q, k, v, o, lse, and do/dq/dk/dv for bwd)."""
@@ -84,11 +92,12 @@ def launch(variant: Variant, tensors: Mapping[str, torch.Tensor], sm_scale: floa
     sm_scale = 1.0 / math.sqrt(q.shape[-1]) if sm_scale is None else sm_scale
     all_tensors = {**tensors, **workspace_tensors(variant, sizes, q.device)}
     for step in variant.steps:
-        if step.tensormaps:
-            raise ValueError(f"{variant.name}: step {step.name} takes tensor maps, which this "
-                             "JIT launcher does not build; launch it from an archive")
         kernel = step.kernel  # a TritonKernel: this launcher is for the triton backend
-        args = [resolve(w, all_tensors, sizes, sm_scale) for w in step.args]
+        if step.tensormaps and getattr(kernel.fn, "is_gluon", lambda: False)():
+            raise ValueError(f"{variant.name}: step {step.name} takes Gluon tensor descriptors, "
+                             "which this JIT launcher does not build; launch it from an archive")
+        args = [descriptor(step.tensormap(w), all_tensors) if step.tensormap(w)
+                else resolve(w, all_tensors, sizes, sm_scale) for w in step.args]
         grid = grid_extent(step.grid, sizes)
         kernel.fn[grid](*args, **kernel.constexprs, num_warps=kernel.num_warps,
                         num_stages=kernel.num_stages, **kernel.options)

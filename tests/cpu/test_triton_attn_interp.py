@@ -53,6 +53,13 @@ else:
     # at Sq 2 all but the first chunk see no key and leave LSE -inf)
     SPLIT128 = dict(fwd_config={"decode": 1, "split": 128, "M": 16, "N": 64, "warps": 4,
                                 "stages": 3}, bwd_config=SMALL_BWD)
+    # K/V by TMA descriptors (the interpreter's TensorDescriptor zero-fills rows past Sk and
+    # columns past the head dim, as the runtime's CUtensorMap does): unsplit, and split in
+    # 512-key chunks whose last tile reads real keys of the next chunk
+    TMA = dict(fwd_config={"decode": 1, "tma": 1, "M": 16, "N": 64, "warps": 4, "stages": 4},
+               bwd_config=SMALL_BWD)
+    SPLIT_TMA = dict(fwd_config={"decode": 1, "tma": 1, "split": 512, "M": 16, "N": 64,
+                                 "warps": 4, "stages": 3}, bwd_config=SMALL_BWD)
 
     def reference(q, k, v, do, causal, scale):
         """float64 attention, with LSE and (dq, dk, dv); GQA by repeating K/V heads."""
@@ -132,6 +139,12 @@ else:
         "split128-gqa4-sq1-five-chunks": (1, 8, 2, 1, 600, 64, False, SPLIT128),
         "split128-gqa8-sq2-causal-17-chunks": (1, 8, 1, 2, 2100, 64, True, SPLIT128),
         "split128-mha-sq1-seventeen-chunks": (1, 2, 2, 1, 2100, 128, False, SPLIT128),
+        "tma-gqa8-sq1-ragged-tail": (2, 16, 2, 1, 150, 64, False, TMA),
+        "tma-gqa4-sq3-causal": (1, 8, 2, 3, 70, 64, True, TMA),
+        "tma-d96-mha-bshd-scale": (1, 4, 4, 2, 33, 96, False, dict(TMA, layout="bshd", scale=0.3)),
+        "split-tma-gqa8-sq1-three-chunks": (2, 16, 2, 1, 1300, 128, False, SPLIT_TMA),
+        "split-tma-gqa4-sq2-causal-bshd": (1, 8, 2, 2, 700, 64, True,
+                                           dict(SPLIT_TMA, layout="bshd")),
         "d32-sq1": (2, 2, 2, 1, 17, 32, False, {}),
         "d32-sk1-causal": (1, 2, 2, 17, 1, 32, True, {}),
         "d64-both1-causal": (1, 1, 1, 1, 1, 64, True, {}),

@@ -10,14 +10,17 @@ import inspect
 
 import triton
 import triton.language as tl
+from triton.experimental.gluon import language as gl
+
 
 from attnpack.abi import Requirement
 from attnpack.builder.backends.triton import TritonKernel
-from attnpack.family import FamilySpec, FunctionalKey, Step, Workspace
+from attnpack.family import FamilySpec, FunctionalKey, Step, TensorMap, Workspace
 from attnpack.targets import TARGETS
 
 from .bwd import attn_bwd_dkdv, attn_bwd_dq, attn_bwd_preprocess
-from .decode import attn_fwd_decode, attn_fwd_decode_combine, attn_fwd_decode_split
+from .decode import (attn_fwd_decode, attn_fwd_decode_combine, attn_fwd_decode_split,
+                     attn_fwd_decode_split_tma, attn_fwd_decode_tma)
 from .fwd import attn_fwd
 
 # Portable: every target of attnpack.targets, by vendor (a new target needs no edit here).
@@ -65,6 +68,18 @@ FWD_CONFIGS = (
     {"decode": 1, "split": 2048, "M": 16, "N": 64, "warps": 4, "stages": 3},
     {"decode": 1, "split": 4096, "M": 16, "N": 64, "warps": 4, "stages": 3},
     {"decode": 1, "split": 8192, "M": 16, "N": 64, "warps": 4, "stages": 3},
+    # K and V by TMA (decode.py, sm_90, head dim <= 128): the copy engine instead of 128
+    # threads' cp.async. Deeper rings where one program has the SM to itself (the unsplit
+    # kernels at 128 streams), two programs per SM for the chunked ones.
+    {"decode": 1, "tma": 1, "M": 16, "N": 64, "warps": 4, "stages": 4},
+    {"decode": 1, "tma": 1, "M": 64, "N": 64, "warps": 4, "stages": 3},
+    {"decode": 1, "tma": 1, "M": 16, "N": 64, "warps": 4, "stages": 6},
+    {"decode": 1, "tma": 1, "M": 16, "N": 128, "warps": 4, "stages": 3},
+    {"decode": 1, "tma": 1, "split": 512, "M": 16, "N": 64, "warps": 4, "stages": 3},
+    {"decode": 1, "tma": 1, "split": 1024, "M": 16, "N": 64, "warps": 4, "stages": 3},
+    {"decode": 1, "tma": 1, "split": 2048, "M": 16, "N": 64, "warps": 4, "stages": 3},
+    {"decode": 1, "tma": 1, "split": 4096, "M": 16, "N": 64, "warps": 4, "stages": 3},
+    {"decode": 1, "tma": 1, "split": 8192, "M": 16, "N": 64, "warps": 4, "stages": 3},
 )
 DECODE_MAX_SQ = 16
 COMBINE_CHUNKS = 16  # chunk results one merge step reads at a time
@@ -117,9 +132,23 @@ def _block_d(head_dim: int) -> int:
     return triton.next_power_of_2(head_dim)  # 96 runs as 128 with masked columns
 
 
-def _step(name, kernel, grid, constexprs, arch, config, warps, stages) -> Step:
+def _has_tma(arch: str) -> bool:
+    return TARGETS[arch].vendor == "nvidia" and int(arch[3:]) >= 90
+
+
+def _kv_maps(key: FunctionalKey, config) -> tuple[TensorMap, ...]:
+    """K and V of a TMA decode config: [1, 1, N, head dim] boxes of the [B, Hkv, Sk, D] tensors,
+    in the shared layout Triton picks for such a tile (the builder checks the compiled one)."""
+    block = (1, 1, config["N"], _block_d(key.head_dim))
+    dtype = {"fp16": gl.float16, "bf16": gl.bfloat16}[key.dtype]
+    layout = gl.NVMMASharedLayout.get_default_for(list(block), dtype)
+    return tuple(TensorMap(name=f"{t}_desc", tensor=t, block=block, layout=layout)
+                 for t in ("k", "v"))
+
+
+def _step(name, kernel, grid, constexprs, arch, config, warps, stages, tensormaps=()) -> Step:
     args = _runtime_args(kernel)
-    return Step(name=name, args=args, grid=grid, kernel=TritonKernel(
+    return Step(name=name, args=args, grid=grid, tensormaps=tensormaps, kernel=TritonKernel(
         kernel, constexprs, num_warps=warps, num_stages=stages,
         # strides are multiples of 16 elements for every head dim we serve (and for BSHD
         # views); the runtime checks the promise and falls back otherwise
@@ -133,19 +162,22 @@ def steps(arch: str, op: str, key: FunctionalKey, config) -> tuple[Step, ...]:
     per_kv_tile = lambda rows: ((("Sk", rows),), (("B", 1), ("Hkv", 1)), ())
     if op == "fwd":
         tiles = {"BLOCK_M": config["M"], "BLOCK_N": config["N"], "CAUSAL": key.causal}
+        tma = bool(config.get("tma"))
+        maps = _kv_maps(key, config) if tma else ()
         if config.get("split"):
             chunk = config["split"]
             per_chunk = ((("Sk", chunk),), (("B", 1), ("Hkv", 1)), ())
             per_row = ((("Sq", 1),), (("B", 1), ("Hq", 1)), ())
-            return (_step("fwd_split", attn_fwd_decode_split, per_chunk,
-                          {**head, **tiles, "CHUNK": chunk}, arch, config, config["warps"],
-                          config["stages"]),
+            return (_step("fwd_split", attn_fwd_decode_split_tma if tma else attn_fwd_decode_split,
+                          per_chunk, {**head, **tiles, "CHUNK": chunk}, arch, config,
+                          config["warps"], config["stages"], maps),
                     _step("fwd_combine", attn_fwd_decode_combine, per_row,
                           {**head, "CHUNK": chunk, "BLOCK_C": COMBINE_CHUNKS}, arch, config, 4, 1))
         if config.get("decode"):
             per_kv_head = ((("B", 1), ("Hkv", 1)), (), ())
-            return (_step("fwd", attn_fwd_decode, per_kv_head, {**head, **tiles}, arch, config,
-                          config["warps"], config["stages"]),)
+            return (_step("fwd", attn_fwd_decode_tma if tma else attn_fwd_decode, per_kv_head,
+                          {**head, **tiles}, arch, config, config["warps"], config["stages"],
+                          maps),)
         return (_step("fwd", attn_fwd, per_q_tile(config["M"]), {**head, **tiles}, arch, config,
                       config["warps"], config["stages"]),)
     dkdv_tiles = {"BLOCK_M": config["kvM"], "BLOCK_N": config["kvN"], "CAUSAL": key.causal}
@@ -193,6 +225,10 @@ def excluded(arch: str, op: str, key: FunctionalKey, config) -> str | None:
         return "sm_90 config (cp.async pipeline depth, no waves_per_eu); AMD has its own"
     if arch not in AMD_ARCHS and amd_config:
         return "AMD config (waves_per_eu, shallow LDS pipeline); sm_90 has its own"
+    if config.get("tma") and not _has_tma(arch):
+        return "K/V by TMA (tensor descriptors), which needs sm_90 or later"
+    if config.get("tma") and key.head_dim > 128:
+        return "a TMA decode tile for head dims up to 128 (head dim 256 keeps the cp.async ones)"
     if arch in AMD_ARCHS and key.head_dim > _amd_max_head_dim(op, config):
         return f"spills VGPRs above head dim {_amd_max_head_dim(op, config)} on AMD"
     need, have = shared_memory_bytes(arch, op, key.head_dim, config), TARGETS[arch].shared_bytes

@@ -85,14 +85,17 @@ def source(job: CompileJob):
     if len(runtime) != len(step.args):
         raise ValueError(f"{job.label}: kernel {fn.__name__} takes {len(runtime)} runtime "
                          f"parameters but the step declares {len(step.args)} args")
+    gluon = getattr(fn, "is_gluon", lambda: False)()
     signature, attrs = {}, {}
     for p, word in zip(runtime, step.args):
         tmap = step.tensormap(word)
         if tmap is not None:
-            # A host descriptor: Gluon reads the block shape and shared layout from the type.
+            # A host descriptor: Gluon reads the block shape and shared layout from the type;
+            # Triton takes the block shape and picks the layout itself (checked after compiling)
             elem = abi.triton_type(tmap.tensor, variant.key.dtype, ws).lstrip("*")
             block = ",".join(str(e) for e in tmap.block)
-            signature[p.name] = f"tensordesc<{elem}[{block}],{tmap.layout!r}>"
+            layout = f",{tmap.layout!r}" if gluon else ""
+            signature[p.name] = f"tensordesc<{elem}[{block}]{layout}>"
             continue
         signature[p.name] = abi.triton_type(word, variant.key.dtype, ws)
         if abi.param_type(word, ws) == "ptr" or word in kernel.divisible_by_16:
@@ -102,7 +105,7 @@ def source(job: CompileJob):
             if p.name not in kernel.constexprs:
                 raise ValueError(f"{job.label}: constexpr {p.name} has no value")
             signature[p.name] = "constexpr"
-    if getattr(fn, "is_gluon", lambda: False)():
+    if gluon:
         from triton.experimental.gluon._runtime import GluonASTSource
         return GluonASTSource(fn=fn, signature=signature, constexprs=dict(kernel.constexprs),
                               attrs=attrs)
