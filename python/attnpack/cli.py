@@ -529,7 +529,10 @@ def db_seed(arch, out_path):
                 type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("-o", "--out", "out_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
               help="The merged database (may be one of FILES).")
-def db_merge(files, out_path):
+@click.option("--min-gain", type=click.FloatRange(min=1.0), default=1.0, show_default=True,
+              help="A later entry replaces an earlier one only if its kernel beat the earlier "
+                   "entry's kernel, timed in the same run, by this factor (1.01: 1 %).")
+def db_merge(files, out_path, min_gain):
     """Merge databases of one arch, later FILES winning per key (a partial re-tune over the
     shipped database). Entries without `deterministic` get it, and their fastest deterministic
     candidate, from the families' declarations.
@@ -537,11 +540,12 @@ def db_merge(files, out_path):
     \b
     Example:
       attnpack db merge aot/tuning_db/sm_90.jsonl retuned_bwd.jsonl -o aot/tuning_db/sm_90.jsonl
+      attnpack db merge --min-gain 1.01 aot/tuning_db/sm_90.jsonl retuned.jsonl -o merged.jsonl
     """
     from attnpack.family import declared_variants, load_families
     from attnpack.tune.db import DbError, merge_dbs, record_determinism, save_db
     try:
-        merged = merge_dbs([_load_db(f) for f in files])
+        merged, held = merge_dbs([_load_db(f) for f in files], min_gain)
     except DbError as e:
         raise click.ClickException(str(e))
     declared = declared_variants(merged.arch, load_families())
@@ -556,7 +560,9 @@ def db_merge(files, out_path):
     save_db(merged, out_path)
     nondet = sum(1 for e in merged.entries.values() if not e["deterministic"])
     click.echo(f"{out_path}: {len(merged.entries)} entries ({nondet} not deterministic), "
-               f"status {merged.provenance['status']}")
+               f"status {merged.provenance['status']}"
+               + (f"; {len(held)} kept their earlier kernel (gain under {min_gain}x)"
+                  if min_gain > 1.0 else ""))
 
 
 if __name__ == "__main__":

@@ -144,11 +144,11 @@ def test_merge_later_wins_and_show_marks_nondeterministic_winners(tmp_path):
     new = TuningDb("sm_90", {"status": "tuned", "gpu": "new"})
     new.put({**entry(FAST, {FAST: 90.0, DET: 110.0}), "deterministic": False,
              "deterministic_kernel": DET})
-    merged = merge_dbs([old, new])
+    merged, _ = merge_dbs([old, new])
     assert merged.provenance == {"status": "tuned", "gpu": "new"}
     assert [e["kernel"] for _, e in sorted(merged.entries.items())] == [FAST, DET]
     assert merge_dbs([old, TuningDb("sm_90", {"status": "untuned"}, {
-        k: {**e} for k, e in new.entries.items()})]).provenance["status"] == "partly tuned"
+        k: {**e} for k, e in new.entries.items()})])[0].provenance["status"] == "partly tuned"
     with pytest.raises(ValueError, match="arch gfx950, the first database's is sm_90"):
         merge_dbs([old, TuningDb("gfx950", {})])
     text = render_show(merged)
@@ -157,6 +157,24 @@ def test_merge_later_wins_and_show_marks_nondeterministic_winners(tmp_path):
                          "torch.use_deterministic_algorithms(True) their deterministic kernel serves\n")
     # the archive carries the alternate
     assert merged.compiled()["entries"][0]["deterministic_kernel"] == DET
+
+
+def test_merge_min_gain_keeps_a_kernel_the_new_winner_only_tied():
+    """--min-gain: the later winner must beat the earlier entry's kernel, as timed in the later
+    run, by the factor; a tie keeps the earlier entry, a win or an untimed kernel does not."""
+    old = TuningDb("sm_90", {"status": "tuned"})
+    old.put(entry(DET, {DET: 110.0}))
+    old.put(entry(DET, {DET: 50.0}, sq=256, sk=256))
+    old.put(entry(DET, {DET: 70.0}, sq=512, sk=512))
+    new = TuningDb("sm_90", {"status": "tuned"})
+    new.put(entry(FAST, {FAST: 100.0, DET: 100.9}))           # 0.9 % faster: a tie at 1.01
+    new.put(entry(FAST, {FAST: 50.0, DET: 51.0}, sq=256, sk=256))  # 2 % faster: replaces
+    new.put(entry(FAST, {FAST: 60.0}, sq=512, sk=512))        # the old kernel not timed
+    merged, held = merge_dbs([old, new], min_gain=1.01)
+    kernels = [e["kernel"] for _, e in sorted(merged.entries.items())]
+    assert kernels == [DET, FAST, FAST] and len(held) == 1
+    assert merged.entries[held[0]]["candidates"] == {DET: 110.0}   # the earlier entry, whole
+    assert [e["kernel"] for _, e in sorted(merge_dbs([old, new])[0].entries.items())] == [FAST] * 3
 
 
 def test_db_merge_cli_fills_determinism_from_the_families(tmp_path):

@@ -99,22 +99,40 @@ def record_determinism(entry: dict, is_deterministic: Callable[[str], bool]) -> 
     return entry
 
 
-def merge_dbs(dbs: list[TuningDb]) -> TuningDb:
+def merge_dbs(dbs: list[TuningDb], min_gain: float = 1.0) -> tuple[TuningDb, list[Key]]:
     """One database from several of one arch: a later database's entry replaces an earlier
     one's for the same key. The provenance is the last database's; its `status` stays `tuned`
-    only if every kept entry came from a tuned database, else it reads `partly tuned`."""
+    only if every kept entry came from a tuned database, else it reads `partly tuned`.
+
+    With `min_gain` > 1 a later entry replaces an earlier one only if its kernel beat the
+    earlier entry's kernel, timed among its own candidates in the same run, by that factor: a
+    re-tune does not swap a kernel for one that merely tied it at the key's timing shape (which
+    may lose at the other shapes the key serves). Also returns the keys held that way."""
     if not dbs:
         raise DbError("nothing to merge")
     arch = dbs[0].arch
     merged = TuningDb(arch, dict(dbs[-1].provenance))
+    held = []
     for db in dbs:
         if db.arch != arch:
             raise DbError(f"{db.path}: arch {db.arch}, the first database's is {arch}")
-        merged.entries.update(db.entries)
+        for key, entry in db.entries.items():
+            old = merged.entries.get(key)
+            if old is not None and _within(old["kernel"], entry, min_gain):
+                held.append(key)
+                continue
+            merged.entries[key] = entry
     statuses = {db.provenance.get("status") for db in dbs
                 if any(merged.entries[k] is e for k, e in db.entries.items())}
     merged.provenance["status"] = "tuned" if statuses == {"tuned"} else "partly tuned"
-    return merged
+    return merged, held
+
+
+def _within(kernel: str, entry: dict, min_gain: float) -> bool:
+    """Whether `entry`'s winner beat `kernel`, timed in the same run, by less than min_gain."""
+    timed = (entry.get("candidates") or {}).get(kernel)
+    return (min_gain > 1.0 and kernel != entry["kernel"] and timed is not None
+            and entry.get("time_us") is not None and timed < entry["time_us"] * min_gain)
 
 
 def nearest_entry(key: Key, entries: dict[Key, dict]) -> dict | None:
