@@ -80,13 +80,6 @@ FWD_CONFIGS = (
     {"decode": 1, "tma": 1, "split": 2048, "M": 16, "N": 64, "warps": 4, "stages": 3},
     {"decode": 1, "tma": 1, "split": 4096, "M": 16, "N": 64, "warps": 4, "stages": 3},
     {"decode": 1, "tma": 1, "split": 8192, "M": 16, "N": 64, "warps": 4, "stages": 3},
-    # 128-key tiles (run85: the unsplit N128 kernel won 69 of 120 decode keys): one more stage
-    # unsplit, and chunked with two stages (two programs a SM at head dim 128)
-    {"decode": 1, "tma": 1, "M": 16, "N": 128, "warps": 4, "stages": 4},
-    {"decode": 1, "tma": 1, "split": 1024, "M": 16, "N": 128, "warps": 4, "stages": 2},
-    {"decode": 1, "tma": 1, "split": 2048, "M": 16, "N": 128, "warps": 4, "stages": 2},
-    {"decode": 1, "tma": 1, "split": 4096, "M": 16, "N": 128, "warps": 4, "stages": 2},
-    {"decode": 1, "tma": 1, "split": 8192, "M": 16, "N": 128, "warps": 4, "stages": 2},
 )
 DECODE_MAX_SQ = 16
 COMBINE_CHUNKS = 16  # chunk results one merge step reads at a time
