@@ -16,7 +16,7 @@ grid = (B * Hkv,): one program per (batch, KV head). The runtime only chooses th
 Sq <= 16 (their `requires`, family.py). Below it, a split-KV pair for batches too small to fill
 the GPU that way: the same loop over one chunk of keys per program, then a merge of the chunks.
 
-Each kernel comes in two loads: per-thread pointer loads (cp.async on sm_90, any target), and
+Each kernel comes in two forms: per-thread pointer loads (cp.async on sm_90, any target), and
 TMA (`*_tma`, sm_90): K and V arrive through host tensor descriptors of the whole [B, Hkv, Sk, D]
 tensors, one bulk copy per tile issued by one thread, with rows past Sk and columns past the
 head dim zero-filled by the copy. Streaming the KV cache is all a decode kernel does; the copy
@@ -37,8 +37,8 @@ def _group_pass(q, k_src, v_src, b, h_kv, row0, q_stride_b, q_stride_h, q_stride
 
     Without TMA, k_src and v_src point at key kv_start of the (b, h_kv) head; with TMA they are
     descriptors of all of K and V, [1, 1, BLOCK_N, BLOCK_D] boxes. Returns the unnormalised O
-    (fp32), each row's raw-score max and exponential sum, and the rows' (query head, position,
-    in the group).
+    (fp32), each row's raw-score max and exponential sum, and per row its query head, its
+    position and whether it is one of the group's rows.
     """
     group = Hq // Hkv
     rows = row0 + tl.arange(0, BLOCK_M)

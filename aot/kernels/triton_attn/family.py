@@ -12,7 +12,6 @@ import triton
 import triton.language as tl
 from triton.experimental.gluon import language as gl
 
-
 from attnpack.abi import Requirement
 from attnpack.builder.backends.triton import TritonKernel
 from attnpack.family import FamilySpec, FunctionalKey, Step, TensorMap, Workspace
