@@ -61,6 +61,15 @@ class TensorMap:
     def swizzle(self) -> int:
         return int(getattr(self.layout, "swizzle_byte_width", 0))
 
+    @classmethod
+    def tile(cls, name: str, tensor: str, block: tuple[int, ...], dtype: str) -> "TensorMap":
+        """A map whose boxes land in the shared layout Triton and Gluon pick by default for a
+        `block` of `dtype` ("fp16", "bf16" or "fp32"): the NVMMA swizzle the wgmma reads."""
+        from triton.experimental.gluon import language as gl
+        elem = {"fp16": gl.float16, "bf16": gl.bfloat16, "fp32": gl.float32}[dtype]
+        return cls(name=name, tensor=tensor, block=tuple(block),
+                   layout=gl.NVMMASharedLayout.get_default_for(list(block), elem))
+
 
 @dataclass(frozen=True)
 class Step:

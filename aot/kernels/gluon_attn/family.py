@@ -50,7 +50,6 @@ from .bwd_wide import attn_bwd_dkdv_wide, attn_bwd_dkdv_wide_dq_atomic, attn_bwd
 from .fwd import attn_fwd_pingpong
 
 SHARED_MEMORY_BYTES = TARGETS["sm_90"].shared_bytes
-GL_DTYPE = {"fp16": gl.float16, "bf16": gl.bfloat16}
 
 FWD_CONFIGS = (
     {"M": 64, "N": 128, "stages": 2},
@@ -136,9 +135,7 @@ def tile_dim(head_dim: int) -> int:
 
 
 def _tensor_map(name: str, tensor: str, rows: int, key: FunctionalKey) -> TensorMap:
-    block = (1, 1, rows, tile_dim(key.head_dim))
-    layout = gl.NVMMASharedLayout.get_default_for(list(block), GL_DTYPE[key.dtype])
-    return TensorMap(name=name, tensor=tensor, block=block, layout=layout)
+    return TensorMap.tile(name, tensor, (1, 1, rows, tile_dim(key.head_dim)), key.dtype)
 
 
 def _fwd_steps(key: FunctionalKey, config) -> tuple[Step, ...]:
@@ -201,9 +198,7 @@ def _bwd_steps(key: FunctionalKey, config) -> tuple[Step, ...]:
         # each consumer's dQ share: half the tile's columns on 128-wide tiles (both consumers,
         # every tile), else all of them (one consumer, alternate tiles)
         block = (1, 1, m, dq_share_cols(d))
-        dkdv_maps += (TensorMap(name="dq_desc", tensor="dq_accum", block=block,
-                                layout=gl.NVMMASharedLayout.get_default_for(list(block),
-                                                                            gl.float32)),)
+        dkdv_maps += (TensorMap.tile("dq_desc", "dq_accum", block, "fp32"),)
     dkdv = _step("bwd_dkdv", dkdv_kernel, dkdv_words, dkdv_grid, dkdv_consts, dkdv_maps)
     if not det:
         convert = _step("bwd_dq_convert", attn_bwd_dq_convert, {}, per_q_rows,

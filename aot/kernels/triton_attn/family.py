@@ -10,7 +10,6 @@ import inspect
 
 import triton
 import triton.language as tl
-from triton.experimental.gluon import language as gl
 
 from attnpack.abi import Requirement
 from attnpack.builder.backends.triton import TritonKernel
@@ -139,10 +138,7 @@ def _kv_maps(key: FunctionalKey, config) -> tuple[TensorMap, ...]:
     """K and V of a TMA decode config: [1, 1, N, head dim] boxes of the [B, Hkv, Sk, D] tensors,
     in the shared layout Triton picks for such a tile (the builder checks the compiled one)."""
     block = (1, 1, config["N"], _block_d(key.head_dim))
-    dtype = {"fp16": gl.float16, "bf16": gl.bfloat16}[key.dtype]
-    layout = gl.NVMMASharedLayout.get_default_for(list(block), dtype)
-    return tuple(TensorMap(name=f"{t}_desc", tensor=t, block=block, layout=layout)
-                 for t in ("k", "v"))
+    return tuple(TensorMap.tile(f"{t}_desc", t, block, key.dtype) for t in ("k", "v"))
 
 
 def _step(name, kernel, grid, constexprs, arch, config, warps, stages, tensormaps=()) -> Step:

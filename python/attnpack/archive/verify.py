@@ -129,11 +129,9 @@ def _check_families(ar: Archive) -> list[str]:
         if not isinstance(fam.get("backend"), str):
             problems.append(f"{where}: no backend")
         prov = fam.get("provenance", {})
-        missing = ([k for k in ("license", "origin") if not prov.get(k)]
-                   if isinstance(prov, dict) else None)
-        if missing is None:
+        if not isinstance(prov, dict):
             problems.append(f"{where}: provenance is not a map")
-        elif missing:
+        elif missing := [k for k in ("license", "origin") if not prov.get(k)]:
             problems.append(f"{where}: provenance lacks {missing}")
         if "notice" in fam and not (isinstance(fam["notice"], str) and fam["notice"].strip()):
             problems.append(f"{where}: `notice` is not a text")
