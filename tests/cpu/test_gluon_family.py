@@ -388,7 +388,8 @@ class _NumpyGl:
     (_reference, _softmax, _row_lse) as plain Python. fma rounds once, as the GPU's FFMA does:
     a product of two float32s is exact in float64."""
     int32, float32 = np.int32, np.float32
-    abs, where, maximum, exp2, log2 = np.abs, np.where, np.maximum, np.exp2, np.log2
+    abs, where, maximum, minimum, exp2, log2 = (np.abs, np.where, np.maximum, np.minimum,
+                                                np.exp2, np.log2)
     expand_dims = staticmethod(np.expand_dims)
     max = staticmethod(lambda x, axis: np.max(x, axis))
     sum = staticmethod(lambda x, axis: np.sum(x, axis, dtype=np.float32))
@@ -435,16 +436,18 @@ def _float64_softmax(s, v, scale, causal=False):
     return (w @ v.astype(np.float64)) / w.sum(1, keepdims=True), top[:, 0] + np.log(w.sum(1))
 
 
+@pytest.mark.parametrize("Sk", [300, 40])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("block_n", [64, 128])
 @pytest.mark.parametrize("magnitude", [1.0, 30.0, 3e3])
 def test_softmax_reference_keeps_o_and_lse_of_ordinary_scores(monkeypatch, magnitude, block_n,
-                                                              causal):
+                                                              causal, Sk):
     """p = exp2(a·s − r) with r m·scale rounded up (fwd._reference): against float64, O and the
     LSE of scores of every size a model gives, including maxima that grow along the keys (the
-    later tiles rescale the earlier ones through r_i − r_new)."""
+    later tiles rescale the earlier ones through r_i − r_new). Sk = 40 keys for 64 rows: under
+    causal the later rows' last visible key is Sk - 1, not the row (the mask's min(row, Sk - 1))."""
     rng = np.random.default_rng(7)
-    rows, Sk, d = 64, 300, 16
+    rows, d = 64, 16
     s = (rng.standard_normal((rows, Sk)) * magnitude).astype(np.float32)
     ramp = np.linspace(0, 4 * magnitude, Sk, dtype=np.float32)
     s += ramp[None, :] * (np.arange(rows) % 2)[:, None]  # every other row's max grows

@@ -409,10 +409,12 @@ def _minus_lse(lse_row, key0, m0, Sk, s_layout: gl.constexpr, KEYS: gl.constexpr
         needs_mask = needs_mask | (m0 < key0 + KEYS)
     if needs_mask:
         keys = key0 + gl.arange(0, KEYS, layout=gl.SliceLayout(1, s_layout))
-        queries = m0 + gl.arange(0, BLOCK_M, layout=col_layout)
-        keep = gl.expand_dims(keys < Sk, 1)
         if CAUSAL:
-            keep = keep & (gl.expand_dims(queries, 0) >= gl.expand_dims(keys, 1))
+            # a query's last visible key, min(query, Sk - 1): one compare and one select a pair
+            queries = m0 + gl.arange(0, BLOCK_M, layout=col_layout)
+            keep = gl.expand_dims(keys, 1) <= gl.expand_dims(gl.minimum(queries, Sk - 1), 0)
+        else:
+            keep = gl.expand_dims(keys < Sk, 1)
         minus_lse = gl.where(keep, minus_lse, -float("inf"))
     return minus_lse
 
@@ -744,9 +746,10 @@ def _dq_probabilities(s, lse, col0, rows, row0, Sk, sm_scale, s_layout: gl.const
         needs_mask = needs_mask | (col0 + BLOCK_N > row0 + 1)
     if needs_mask:
         cols = col0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
-        keep = gl.expand_dims(cols < Sk, 0)
-        if CAUSAL:
-            keep = keep & (gl.expand_dims(cols, 0) <= gl.expand_dims(rows, 1))
+        if CAUSAL:  # a row's last visible key, min(row, Sk - 1), as the forward's _softmax
+            keep = gl.expand_dims(cols, 0) <= gl.expand_dims(gl.minimum(rows, Sk - 1), 1)
+        else:
+            keep = gl.expand_dims(cols < Sk, 0)
         p = gl.where(keep, p, 0.0)
     return p
 

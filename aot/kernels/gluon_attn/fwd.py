@@ -325,10 +325,13 @@ def _softmax(s, m_i, l_i, r_i, j, row0, Sk, qk_scale,
         needs_mask = needs_mask | (col0 + BLOCK_N > row0 + 1)
     if needs_mask:
         cols = col0 + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, s_layout))
-        rows = row0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
-        keep = gl.expand_dims(cols < Sk, 0)
         if CAUSAL:
-            keep = keep & (gl.expand_dims(cols, 0) <= gl.expand_dims(rows, 1))
+            # a row's last visible key, min(row, Sk - 1): one compare and one select a score
+            # (the two conditions apart were two selects)
+            rows = row0 + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, s_layout))
+            keep = gl.expand_dims(cols, 0) <= gl.expand_dims(gl.minimum(rows, Sk - 1), 1)
+        else:
+            keep = gl.expand_dims(cols < Sk, 0)
         s = gl.where(keep, s, -float("inf"))
     # Every row keeps key 0 visible (top-left causal), so m_new is finite from the first tile
     # on and a fully masked later tile gives p = 0, alpha = 1.
