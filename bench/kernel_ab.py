@@ -30,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 import statistics
 import sys
 from pathlib import Path
@@ -176,7 +177,9 @@ def main(argv=None):
                     help="NAME=PATH, two or more; the first is the baseline")
     ap.add_argument("--shapes", type=Path, action="append", required=True)
     ap.add_argument("--op", choices=("fwd", "bwd"), default="fwd")
-    ap.add_argument("--kernel-filter", default="", help="only kernel names containing this")
+    ap.add_argument("--kernel-filter", default="",
+                    help="only kernel names this regular expression matches anywhere (re.search):"
+                         " a plain word such as causal keeps the names containing it")
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--max-diff", type=float, default=3e-2)
@@ -187,7 +190,8 @@ def main(argv=None):
     if len(args.archive) < 2:
         ap.error("give at least two --archive NAME=PATH")
     sides = [name for name, _ in args.archive]
-    names = [{k: [n for n in v if args.kernel_filter in n]
+    wanted = re.compile(args.kernel_filter)
+    names = [{k: [n for n in v if wanted.search(n)]
               for k, v in _names(p, args.op).items()} for _, p in args.archive]
     timer = Timer(reps=args.reps, warmup=args.warmup)
     bundles = {name: rt.Bundle(path) for name, path in args.archive}

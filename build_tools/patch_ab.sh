@@ -10,7 +10,8 @@
 #   usage: build_tools/patch_ab.sh PATCH OP NAME TEST_FILE [pytest args...]
 #   env: OUT (default ./gpu-logs/ab-NAME), FAMILY (gluon), DTYPE (bf16), REPS (10),
 #        MIN_GAIN (1.003), BUDGET_S (570: the A/B stops there, seconds from the start),
-#        KERNEL_FILTER (only kernel names containing it, e.g. "causal" for a causal-only change)
+#        KERNEL_FILTER (a regular expression, re.search: only kernel names it matches, e.g.
+#        "causal" for a causal-only change)
 # The patch is applied to this tree in place (the old side is built from a copy made first).
 cd "$(dirname "$0")/.."
 PATCH=$1 OP=$2 NAME=$3 TESTS=$4; shift 4
