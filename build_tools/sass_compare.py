@@ -7,7 +7,10 @@ A tree is a folder holding `aot/kernels/` (a checkout, or `git archive REV aot |
 DIR`). Every variant both trees declare for sm_90 is compiled from each (Triton, no GPU), and
 the instructions of each step (`cuobjdump -sass`, addresses dropped) are compared. It prints the
 names whose code differs and the counts. Use it to show that a change left kernels as they were
-when they were last run on the GPU: identical instructions need no new device run.
+when they were last run on the GPU: identical instructions need no new device run. The check is
+strict: lines moving in a source file can renumber registers with the same instructions (seen
+in the head-dim-256 dK/dV kernel, bwd_wide.py, for one blank line added to bwd.py), which reads
+as "differs" with the same opcodes in --loops.
 
 With --loops it also prints, for each kernel whose code differs, what one trip round each of its
 innermost loops issues in either tree (attnpack.builder.sass): the loop's length and the opcodes
