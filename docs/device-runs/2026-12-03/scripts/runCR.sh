@@ -8,11 +8,14 @@
 # build_tools/bench_tree.sh (bench over both sets, test_torch_sdpa.py) on the merged database.
 # Returns fwd_bf16_causal.jsonl (copy it into .carry/tuned/ to resume a cut-off tune) and
 # sm_90_merged.txt (the merged database, to commit if the bench and the tests agree).
+# env: STOP_S, KILL_S (the tune's, 230 and 270), CALL_S (585: the bench's tests stop there,
+# seconds from this script's start), for a call with less device time (runCU.sh).
 cd "$(dirname "$0")/.."
 export ATTNPACK_COMMIT=${ATTNPACK_COMMIT:-unknown} OUT PYTHONUNBUFFERED=1
-bash build_tools/tune_keys.sh fwd_bf16_causal .carry/keys_fwd_bf16_causal.json 230 270
+bash build_tools/tune_keys.sh fwd_bf16_causal .carry/keys_fwd_bf16_causal.json \
+  "${STOP_S:-230}" "${KILL_S:-270}"
 . build_tools/runtime_env.sh /tmp/logs-cr
 python3 -m attnpack.cli db merge --min-gain 1.01 aot/tuning_db/sm_90.jsonl \
   $OUT/fwd_bf16_causal.jsonl -o aot/tuning_db/sm_90.jsonl \
   && cp aot/tuning_db/sm_90.jsonl $OUT/sm_90_merged.txt
-DEADLINE_S=$((585 - SECONDS)) OUT=$OUT bash build_tools/bench_tree.sh
+DEADLINE_S=$((${CALL_S:-585} - SECONDS)) OUT=$OUT bash build_tools/bench_tree.sh
