@@ -7,7 +7,8 @@ specs hold the steps, workspace and tensor maps each variant declares (the fast 
 accumulator is [B, Hq, Sq, D], the deterministic one has none); the recording driver carves
 that workspace and passes each buffer, or a tensor map over it, to the steps that take it;
 head dim 96 runs on 128-wide tiles; and the fast kernels' SASS adds dQ the way their config
-says (TMA reduce-adds or atomics).
+says (TMA reduce-adds or atomics) and issues it where their config says (after dV and dK are
+done, or with `dqq` queued behind them).
 """
 import math
 import re
@@ -21,7 +22,7 @@ from attnpack.archive.elf import kernel_facts
 from attnpack.archive.verify import verify_archive
 from attnpack.builder import BuildRequest, build_archives
 from attnpack.builder.backends.triton import cuobjdump, disassemble
-from attnpack.family import load_families
+from attnpack.family import FunctionalKey, load_families
 from gluon_plain import kernel_module, launch_order
 from test_runtime_fixtures import param_offsets
 
@@ -30,6 +31,10 @@ FAST = "gluon/bwd/bf16-d128-causal/M64_stages2_det0"
 TMA = "gluon/bwd/bf16-d128-causal/M64_stages2_det0_tma1"
 DET = "gluon/bwd/bf16-d128-causal/M64_stages2_det1_qN64"
 CONFIGS_PER_KEY = 8    # family.BWD_CONFIGS, head dims 64, 96 and 128
+# tma1 with the dQ queued behind dV and dK (`dqq`), 2 and 3 stages: 128-wide tiles without a
+# mask only, x (fp16, bf16) x (96, 128)
+DQQ = "gluon/bwd/bf16-d128-full/M64_stages2_det0_tma1_dqq1"
+DQQ_KERNELS = 8
 WIDE = "gluon/bwd/bf16-d256-causal/M64_stages2_det0_wide1"
 WIDE_DET = "gluon/bwd/bf16-d256-causal/M64_stages2_det1_wide1"
 WIDE_KERNELS = 8       # the two wide configs x (fp16, bf16) x (full, causal), head dim 256
@@ -70,9 +75,10 @@ def test_every_declared_variant_builds_and_verifies(bwd_archive):
     # a stack frame (spill) is a warning: only the allowed ones (test_no_spills_...) appear
     assert problems == []
     assert all("stack frame" in w and any(f"({s})" in w for s in SPILL_ALLOWED) for w in warnings)
-    # 8 configs x (fp16, bf16) x (64, 96, 128) x (full, causal), and the wide ones at 256
+    # 8 configs x (fp16, bf16) x (64, 96, 128) x (full, causal), the dqq ones, and the wide
+    # ones at 256
     assert sorted(k["name"] for k in ar.kernels) == sorted(v.name for v in declared())
-    assert len(ar.kernels) == 12 * CONFIGS_PER_KEY + WIDE_KERNELS
+    assert len(ar.kernels) == 12 * CONFIGS_PER_KEY + DQQ_KERNELS + WIDE_KERNELS
 
 
 def test_no_spills_and_shared_memory_fits(bwd_archive):
@@ -93,7 +99,7 @@ def test_no_spills_and_shared_memory_fits(bwd_archive):
             warps = 12 if step["name"] in ("bwd_dkdv", "bwd_dq") else 4
             assert step["block"] == [32 * warps, 1, 1], where
             seen += 1
-    assert seen == 3 * (12 * CONFIGS_PER_KEY + WIDE_KERNELS)
+    assert seen == 3 * (12 * CONFIGS_PER_KEY + DQQ_KERNELS + WIDE_KERNELS)
 
 
 def test_steps_and_workspace_per_variant(bwd_archive):
@@ -216,15 +222,80 @@ def test_fast_variants_add_dq_the_way_they_declare(bwd_archive):
         sass = disassemble(ar.image(kernel["steps"][1]["image"]))  # the dK/dV step
         reduces = len(re.findall(r"\bUTMAREDG\b", sass))
         atomics = len(re.findall(r"\bREDG\.E\.ADD\.F32", sass))
-        if kernel["name"].endswith("_tma1"):
+        if "_tma1" in kernel["name"]:
             assert reduces > 0 and atomics == 0, (kernel["name"], reduces, atomics)
             seen["tma"] += 1
         else:
             assert atomics > 0 and reduces == 0, (kernel["name"], reduces, atomics)
             seen["atomic"] += 1
-    # 2 stage counts x (fp16, bf16) x (64, 96, 128) x (full, causal) of each, and the wide
-    # kernels (atomics)
-    assert seen == {"tma": 24, "atomic": 24 + WIDE_KERNELS // 2}
+    # 2 stage counts x (fp16, bf16) x (64, 96, 128) x (full, causal) of each, the dqq ones
+    # (TMA), and the wide kernels (atomics)
+    assert seen == {"tma": 24 + DQQ_KERNELS, "atomic": 24 + WIDE_KERNELS // 2}
+
+
+def test_dq_queue_is_declared_on_128_wide_tiles_without_a_mask(bwd_archive):
+    """`dqq` (bwd.py's DQ_QUEUE) is declared with the TMA reduce at head dims 96 and 128 without
+    a mask only (run94 measured the schedule slower under causal and at head dim 64), is not
+    deterministic, and launches exactly what its tma1 twin does: the same steps, symbols,
+    params, tensor maps, grids and workspace, only another dK/dV image."""
+    dqq = [v for v in declared() if v.config.get("dqq")]
+    assert sorted(v.name for v in dqq) == sorted(
+        f"gluon/bwd/{dtype}-d{d}-full/M64_stages{stages}_det0_tma1_dqq1"
+        for dtype in ("fp16", "bf16") for d in (96, 128) for stages in (2, 3))
+    assert not any(v.deterministic for v in dqq)
+    # the constexpr is on where the knob is, off in every other fast kernel, absent in det1
+    for v in declared():
+        if v.config["det"] or v.config.get("wide"):
+            assert "DQ_QUEUE" not in v.steps[1].kernel.constexprs, v.name
+        else:
+            assert v.steps[1].kernel.constexprs["DQ_QUEUE"] is bool(v.config.get("dqq")), v.name
+    family = load_families()["gluon"]
+    for d, causal in ((64, False), (64, True), (96, True), (128, True)):
+        reason = family.excluded("sm_90", "bwd", FunctionalKey("bf16", d, causal), dqq[0].config)
+        assert reason is not None and "run94" in reason, (d, causal)
+    ar = read_archive(bwd_archive)
+    queued, twin = ar.kernel(DQQ), ar.kernel(DQQ.removesuffix("_dqq1"))
+    assert not queued["deterministic"] and queued["workspace"] == twin["workspace"]
+    same = lambda k: [(s["name"], s["symbol"], s["params"], s["tensormaps"], s["grid"],
+                       s["block"], s["shared"]) for s in k["steps"]]
+    assert same(queued) == same(twin)
+    assert queued["steps"][1]["image"] != twin["steps"][1]["image"]
+
+
+_REGISTER_A_WGMMA = re.compile(r"\bHGMMA\.\S+ R\d+, R\d+, gdesc")   # dV += Pᵀ·dO, dK += dSᵀ·Q
+_DQ_WGMMA = re.compile(r"\bHGMMA\.\S+ R\d+, gdesc\[\w+\]\.tnspA")   # dQ = dS·K, dSᵀ from shared
+
+
+def test_fast_kernels_issue_dq_where_their_config_says(bwd_archive):
+    """In the SASS of every fast dK/dV kernel, from a consumer's dK GEMM (the last wgmma with a
+    register A operand) to its dQ GEMM: the default kernels wait for the tensor cores there
+    (dV and dK done), the dqq ones do not (dQ queued behind them); after the dQ GEMM those wait
+    with one group in flight, release the (Q, dO) slot (an mbarrier arrive), then wait for dQ."""
+    if not cuobjdump().is_file():
+        pytest.skip(f"no cuobjdump in the triton package ({cuobjdump()})")
+    from attnpack.builder import sass
+    ar = read_archive(bwd_archive)
+    seen = 0
+    for kernel in ar.kernels:
+        if "det0" not in kernel["name"] or "wide1" in kernel["name"]:
+            continue
+        code = sass.instructions(ar.image(kernel["steps"][1]["image"]))
+        starts = [i for i, line in enumerate(code)
+                  if _DQ_WGMMA.search(line) and not _DQ_WGMMA.search(code[i - 1])]
+        assert len(starts) >= 2, kernel["name"]    # one tile loop a consumer, at least
+        for start in starts:
+            dk = max(i for i in range(start) if _REGISTER_A_WGMMA.search(code[i]))
+            waits = [line for line in code[dk:start] if "WARPGROUP.DEPBAR" in line]
+            if "_dqq1" not in kernel["name"]:
+                assert waits, (kernel["name"], start)
+                continue
+            assert waits == [], (kernel["name"], start, waits)
+            after = [sass.opcode(line) + (" 0x1" if "gsb0, 0x1" in line else "")
+                     for line in code[start:] if "DEPBAR" in line or "SYNCS.ARRIVE" in line]
+            assert after[:3] == ["WARPGROUP.DEPBAR.LE 0x1", "SYNCS.ARRIVE.TRANS64.A1T0",
+                                 "WARPGROUP.DEPBAR.LE"], (kernel["name"], after[:4])
+        seen += 1
+    assert seen == 48 + DQQ_KERNELS
 
 
 def test_no_step_has_its_wgmmas_serialized(bwd_archive):

@@ -45,14 +45,20 @@ BATCH_HEADS = ((1, 8, 8), (1, 32, 8), (3, 8, 8), (3, 32, 8), (2, 16, 2))
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 SMOKE_TIMEOUT_S = 60  # the child's start: torch, CUDA context, archive
 # backward configs per key (family.BWD_CONFIGS): det0 with atomic or TMA dQ, 2 and 3 stages;
-# det1 with qN 64 and 128; at head dim 256 the two wide configs (bwd_wide.py), det0 and det1
+# det1 with qN 64 and 128; at head dims 96 and 128 without a mask also TMA dQ queued behind dV
+# and dK (`dqq`), 2 and 3 stages; at head dim 256 the two wide configs (bwd_wide.py), det0 and
+# det1
 CONFIGS_PER_KEY = 8
+DQQ_CONFIGS_PER_KEY = 2
 WIDE_CONFIGS_PER_KEY = 2
 HEAD_DIMS = (64, 96, 128, 256)  # 96 on 128-wide tiles, 256 on the wide kernel
 
 
-def configs_per_key(head_dim):
-    return WIDE_CONFIGS_PER_KEY if head_dim == 256 else CONFIGS_PER_KEY
+def configs_per_key(head_dim, causal):
+    if head_dim == 256:
+        return WIDE_CONFIGS_PER_KEY
+    queued = DQQ_CONFIGS_PER_KEY if head_dim in (96, 128) and not causal else 0
+    return CONFIGS_PER_KEY + queued
 
 
 @pytest.fixture(scope="session")
@@ -98,9 +104,9 @@ def run_kernel(bundle, name, q, k, v, do, o, lse, causal, scale):
 
 def test_every_declared_kernel_is_in_the_archive(archive):
     names = sorted(k["name"] for k in read_archive(archive).kernels if k["op"] == "bwd")
-    # (fp16, bf16) x (64, 96, 128 | 256) x (full, causal)
+    # (fp16, bf16) x (64, 96, 128 | 256) x (full, causal); dqq at (96, 128) full
     assert names == sorted(all_kernels())
-    assert len(names) == 12 * CONFIGS_PER_KEY + 4 * WIDE_CONFIGS_PER_KEY
+    assert len(names) == 12 * CONFIGS_PER_KEY + 4 * DQQ_CONFIGS_PER_KEY + 4 * WIDE_CONFIGS_PER_KEY
 
 
 def test_smoke_every_kernel_finishes(archive):
@@ -179,7 +185,7 @@ def test_gradients_match_math_sdpa(archive, B, Hq, Hkv, Sq, Sk, D, causal, dtype
     backend, _, *theirs = family_check.pytorch_backend(q, k, v, do, causal, scale)
     o, lse = ref[0].to(q.dtype), ref[1].contiguous()
     names = kernels_of(archive, dtype, D, causal)
-    assert len(names) == configs_per_key(D)
+    assert len(names) == configs_per_key(D, causal)
     failures = []  # every kernel is checked, so one wrong config does not hide the others
     with rt.Bundle(archive) as bundle:
         for name in names:

@@ -32,7 +32,10 @@ half into a double-buffered shared tile and the pair meets on an mbarrier; then 
 computes half of dQ's columns (head dim 128) or the whole of it on alternate tiles (head dim
 64, whose 64-column rows cannot be split inside one 128-byte swizzle atom), and adds it to the
 fp32 accumulator: with relaxed atomics from registers, or (DQ_TMA) staged in shared memory and
-added by one TMA reduce-add, which the consumer does not wait for.
+added by one TMA reduce-add, which the consumer does not wait for. By default a consumer issues
+its dQ GEMM once its dV and dK GEMMs are done; DQ_QUEUE (the family's `dqq` knob) queues it
+right behind them instead (_dkdv_tile), which measured faster on the H200 only at head dim 128
+without a mask (run94).
 
 dQ kernel (deterministic variant), one program per 128 query rows, shaped like the forward:
 a load warp streams K/V tiles through a ring; each consumer owns 64 query rows, recomputes
@@ -331,46 +334,74 @@ def _dkdv_load(q_desc, k_desc, v_desc, do_desc, smem, bars, lse_ptr, delta_ptr,
 # dK/dV kernel: consumer partitions
 # --------------------------------------------------------------------------------------------
 @gluon.jit
-def _dq_share(smem, dq_out, t, b, h, m0, slot, Hq, Sq,
-              CONSUMER: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr,
-              D: gl.constexpr, DQ_ADD: gl.constexpr):
-    """dQ of the query tile (rows m0.., head h) from all 128 keys, the part this consumer adds:
-    columns [CONSUMER·HEAD_DIM/2, (CONSUMER+1)·HEAD_DIM/2) on 128-wide tiles, else all of it on
-    every other tile (columns past the head dim D are dropped). dQ = dS·K, summed over the two
-    64-key halves; dSᵀ comes from shared memory (both consumers' halves), K as stored.
-    `dq_out` is the accumulator's tensor descriptor under DQ_TMA, its address under
-    DQ_ATOMIC."""
+def _dq_mine(t, CONSUMER: gl.constexpr, HEAD_DIM: gl.constexpr):
+    """Whether this consumer adds query tile t's dQ: on 128-wide tiles both do, half the
+    columns each (a constexpr True); on 64-wide ones, whose 64-column rows cannot be split
+    inside one 128-byte swizzle atom, the consumers take alternate tiles."""
+    if HEAD_DIM >= 128:
+        return True
+    else:
+        return t % 2 == CONSUMER
+
+
+@gluon.jit
+def _dq_gemm(smem, slot, CONSUMER: gl.constexpr, BLOCK_M: gl.constexpr,
+             HEAD_DIM: gl.constexpr):
+    """Issues (async) this consumer's share of the tile's dQ = dS·K from all 128 keys: the
+    tile's two dSᵀ halves are in `smem.ds` slot `slot`, K as stored; columns
+    [CONSUMER·HEAD_DIM/2, (CONSUMER+1)·HEAD_DIM/2) on 128-wide tiles, else all of them."""
+    SPLIT: gl.constexpr = HEAD_DIM >= 128
+    DQ_N: gl.constexpr = dq_share_cols(HEAD_DIM)
+    COL0: gl.constexpr = CONSUMER * DQ_N if SPLIT else 0
+    dq = gl.zeros([BLOCK_M, DQ_N], gl.float32, _nvmma(DQ_N))
+    for half in gl.static_range(2):
+        ds = smem.ds.index(2 * slot + half).permute([1, 0])        # [BLOCK_M, 64 keys]
+        k = smem.k.index(half).reshape([HALF_N, HEAD_DIM])
+        if SPLIT:
+            k = k.slice(COL0, DQ_N, dim=1)
+        dq = warpgroup_mma(ds, k, dq, use_acc=half > 0, is_async=True)
+    return dq
+
+
+@gluon.jit
+def _dq_add(smem, dq_out, dq, b, h, m0, Hq, Sq,
+            CONSUMER: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr,
+            D: gl.constexpr, DQ_ADD: gl.constexpr):
+    """Adds a finished dQ share (_dq_gemm) of the query tile at rows m0.. of head h into the
+    fp32 accumulator; columns past the head dim D are dropped. `dq_out` is the accumulator's
+    tensor descriptor under DQ_TMA, its address under DQ_ATOMIC."""
     SPLIT: gl.constexpr = HEAD_DIM >= 128
     DQ_N: gl.constexpr = dq_share_cols(HEAD_DIM)
     COL0: gl.constexpr = CONSUMER * DQ_N if SPLIT else 0
     dq_layout: gl.constexpr = _nvmma(DQ_N)
-    mine = t % 2 == CONSUMER
-    if SPLIT:
-        mine = True
-    if mine:
-        dq = gl.zeros([BLOCK_M, DQ_N], gl.float32, dq_layout)
-        for half in gl.static_range(2):
-            ds = smem.ds.index(2 * slot + half).permute([1, 0])        # [BLOCK_M, 64 keys]
-            k = smem.k.index(half).reshape([HALF_N, HEAD_DIM])
-            if SPLIT:
-                k = k.slice(COL0, DQ_N, dim=1)
-            dq = warpgroup_mma(ds, k, dq, use_acc=half > 0, is_async=True)
+    if DQ_ADD == DQ_TMA:
+        # The previous share's reduce must have read the staging tile before it is
+        # rewritten (a tile ago: this rarely waits). The reduce drops rows past Sq.
+        staged = smem.dq.index(CONSUMER)
+        tma.store_wait(0)
+        staged.reshape([BLOCK_M, DQ_N]).store(dq)
+        fence_async_shared()
+        _tma_reduce_add(dq_out, [b, h, m0, COL0], staged)
+    else:
+        rows = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, dq_layout))   # from m0
+        cols = COL0 + gl.arange(0, DQ_N, layout=gl.SliceLayout(0, dq_layout))
+        tile = dq_out + ((b * Hq + h).to(gl.int64) * Sq + m0) * D
+        at = tile + gl.expand_dims(rows * D, 1) + gl.expand_dims(cols, 0)
+        inside = gl.expand_dims(rows < Sq - m0, 1) & gl.expand_dims(cols < D, 0)
+        gl.atomic_add(at, dq, mask=inside, sem="relaxed")
+
+
+@gluon.jit
+def _dq_share(smem, dq_out, t, b, h, m0, slot, Hq, Sq,
+              CONSUMER: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr,
+              D: gl.constexpr, DQ_ADD: gl.constexpr):
+    """dQ of the query tile (rows m0.., head h) from all 128 keys, the part this consumer adds
+    (_dq_mine), computed and added with nothing else in flight: the default schedule, after
+    the tile's dV and dK GEMMs are done."""
+    if _dq_mine(t, CONSUMER, HEAD_DIM):
+        dq = _dq_gemm(smem, slot, CONSUMER, BLOCK_M, HEAD_DIM)
         dq = warpgroup_mma_wait(0, deps=[dq])
-        if DQ_ADD == DQ_TMA:
-            # The previous share's reduce must have read the staging tile before it is
-            # rewritten (a tile ago: this rarely waits). The reduce drops rows past Sq.
-            staged = smem.dq.index(CONSUMER)
-            tma.store_wait(0)
-            staged.reshape([BLOCK_M, DQ_N]).store(dq)
-            fence_async_shared()
-            _tma_reduce_add(dq_out, [b, h, m0, COL0], staged)
-        else:
-            rows = gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, dq_layout))   # from m0
-            cols = COL0 + gl.arange(0, DQ_N, layout=gl.SliceLayout(0, dq_layout))
-            tile = dq_out + ((b * Hq + h).to(gl.int64) * Sq + m0) * D
-            at = tile + gl.expand_dims(rows * D, 1) + gl.expand_dims(cols, 0)
-            inside = gl.expand_dims(rows < Sq - m0, 1) & gl.expand_dims(cols < D, 0)
-            gl.atomic_add(at, dq, mask=inside, sem="relaxed")
+        _dq_add(smem, dq_out, dq, b, h, m0, Hq, Sq, CONSUMER, BLOCK_M, HEAD_DIM, D, DQ_ADD)
 
 
 @gluon.jit
@@ -424,10 +455,11 @@ def _dkdv_tile(smem, bars, dq_out, dk_acc, dv_acc, k, v, key0, t, stage, phase, 
                Hq, Sq, Sk, qk_scale,
                s_layout: gl.constexpr, kv_layout: gl.constexpr, CONSUMER: gl.constexpr,
                BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, D: gl.constexpr,
-               STAGES: gl.constexpr, CAUSAL: gl.constexpr, DQ_ADD: gl.constexpr):
+               STAGES: gl.constexpr, CAUSAL: gl.constexpr, DQ_ADD: gl.constexpr,
+               DQ_QUEUE: gl.constexpr):
     """One query tile (the t-th, rows m0.. of head h, in ring slot `stage` at `phase`) against
     this consumer's 64 keys: dV += Pᵀ·dO and dK += dSᵀ·Q; unless DQ_NONE also this consumer's
-    share of the tile's dQ."""
+    share of the tile's dQ, after dV and dK are done, or under DQ_QUEUE queued behind them."""
     dtype: gl.constexpr = smem.q.dtype
     # Pᵀ and dSᵀ as the A operand of dV/dK: the accumulator's registers, converted in place
     op_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=kv_layout, k_width=2)
@@ -460,12 +492,35 @@ def _dkdv_tile(smem, bars, dq_out, dk_acc, dv_acc, k, v, key0, t, stage, phase, 
         smem.ds.index(2 * slot + CONSUMER).store(dsT)
         fence_async_shared()
         mbarrier.arrive(bars.ds_ready.index(slot))
-    dv_acc, dk_acc, pT_op, dsT_op = warpgroup_mma_wait(0, deps=[dv_acc, dk_acc, pT_op, dsT_op])
-    mbarrier.arrive(bars.qdo_free.index(stage))
-    if DQ_ADD != DQ_NONE:
+    if DQ_QUEUE:
+        # The other consumer's dSᵀ half is waited for while dV and dK run, and the dQ GEMM
+        # queued right behind them, so the tensor cores get no gap between the two. The (Q, dO)
+        # slot goes back once dV and dK are done, while dQ still runs: released after dQ, the
+        # loader fell behind on long rows (run91). Faster only at head dim 128 without a mask
+        # (run94): family.py declares it there alone.
         mbarrier.wait(bars.ds_ready.index(slot), (t // 2) & 1)
-        _dq_share(smem, dq_out, t, b, h, m0, slot, Hq, Sq, CONSUMER, BLOCK_M, HEAD_DIM, D,
-                  DQ_ADD)
+        # (Gluon carries no wgmma in flight into an `if`: each branch waits for its own)
+        if _dq_mine(t, CONSUMER, HEAD_DIM):
+            dq = _dq_gemm(smem, slot, CONSUMER, BLOCK_M, HEAD_DIM)
+            dv_done, dk_done, pT_done, dsT_done = warpgroup_mma_wait(
+                1, deps=[dv_acc, dk_acc, pT_op, dsT_op])
+            mbarrier.arrive(bars.qdo_free.index(stage))
+            dq = warpgroup_mma_wait(0, deps=[dq])
+            _dq_add(smem, dq_out, dq, b, h, m0, Hq, Sq, CONSUMER, BLOCK_M, HEAD_DIM, D, DQ_ADD)
+        else:
+            dv_done, dk_done, pT_done, dsT_done = warpgroup_mma_wait(
+                0, deps=[dv_acc, dk_acc, pT_op, dsT_op])
+            mbarrier.arrive(bars.qdo_free.index(stage))
+        dv_acc = dv_done
+        dk_acc = dk_done
+    else:
+        dv_acc, dk_acc, pT_op, dsT_op = warpgroup_mma_wait(0, deps=[dv_acc, dk_acc, pT_op,
+                                                                    dsT_op])
+        mbarrier.arrive(bars.qdo_free.index(stage))
+        if DQ_ADD != DQ_NONE:
+            mbarrier.wait(bars.ds_ready.index(slot), (t // 2) & 1)
+            _dq_share(smem, dq_out, t, b, h, m0, slot, Hq, Sq, CONSUMER, BLOCK_M, HEAD_DIM, D,
+                      DQ_ADD)
     return dk_acc, dv_acc
 
 
@@ -475,9 +530,9 @@ def _dkdv_consume(smem, bars, lse_ptr, delta_ptr, dq_out, dk, dv,
                   Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
                   CONSUMER: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr,
                   D: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                  DQ_ADD: gl.constexpr):
+                  DQ_ADD: gl.constexpr, DQ_QUEUE: gl.constexpr):
     """dK and dV of this consumer's 64 keys over every query tile of the program; unless
-    DQ_NONE also its share of each tile's dQ."""
+    DQ_NONE also its share of each tile's dQ (DQ_QUEUE: queued behind dV and dK)."""
     s_layout: gl.constexpr = _nvmma(BLOCK_M)            # Sᵀ, dPᵀ: [64 keys, BLOCK_M queries]
     kv_layout: gl.constexpr = _nvmma(HEAD_DIM)          # dK, dV: [64 keys, HEAD_DIM]
 
@@ -497,7 +552,7 @@ def _dkdv_consume(smem, bars, lse_ptr, delta_ptr, dq_out, dk, dv,
         dk_acc, dv_acc = _dkdv_tile(smem, bars, dq_out, dk_acc, dv_acc, k, v, key0,
                                     t, stage, phase, blk.b, h, m0, Hq, Sq, Sk, qk_scale,
                                     s_layout, kv_layout, CONSUMER, BLOCK_M, HEAD_DIM, D,
-                                    STAGES, CAUSAL, DQ_ADD)
+                                    STAGES, CAUSAL, DQ_ADD, DQ_QUEUE)
         h, m0 = blk.next_tile(h, m0, Sq, BLOCK_M)
         stage, phase = _next_slot(stage, phase, STAGES)
 
@@ -515,11 +570,12 @@ def _dkdv_consumer0(smem, bars, lse_ptr, delta_ptr, dq_out, dk, dv,
                     dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
                     Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
                     BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, D: gl.constexpr,
-                    STAGES: gl.constexpr, CAUSAL: gl.constexpr, DQ_ADD: gl.constexpr):
+                    STAGES: gl.constexpr, CAUSAL: gl.constexpr, DQ_ADD: gl.constexpr,
+                    DQ_QUEUE: gl.constexpr):
     _dkdv_consume(smem, bars, lse_ptr, delta_ptr, dq_out, dk, dv,
                   dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
                   Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
-                  0, BLOCK_M, HEAD_DIM, D, STAGES, CAUSAL, DQ_ADD)
+                  0, BLOCK_M, HEAD_DIM, D, STAGES, CAUSAL, DQ_ADD, DQ_QUEUE)
 
 
 @gluon.jit
@@ -527,11 +583,12 @@ def _dkdv_consumer1(smem, bars, lse_ptr, delta_ptr, dq_out, dk, dv,
                     dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
                     Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
                     BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, D: gl.constexpr,
-                    STAGES: gl.constexpr, CAUSAL: gl.constexpr, DQ_ADD: gl.constexpr):
+                    STAGES: gl.constexpr, CAUSAL: gl.constexpr, DQ_ADD: gl.constexpr,
+                    DQ_QUEUE: gl.constexpr):
     _dkdv_consume(smem, bars, lse_ptr, delta_ptr, dq_out, dk, dv,
                   dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
                   Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
-                  1, BLOCK_M, HEAD_DIM, D, STAGES, CAUSAL, DQ_ADD)
+                  1, BLOCK_M, HEAD_DIM, D, STAGES, CAUSAL, DQ_ADD, DQ_QUEUE)
 
 
 @gluon.jit
@@ -540,7 +597,8 @@ def _dkdv_program(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_out, d
                   Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
                   BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, D: gl.constexpr,
                   STAGES: gl.constexpr, CAUSAL: gl.constexpr, DQ_ADD: gl.constexpr,
-                  CONSUMER_REGS: gl.constexpr, LOAD_REGS: gl.constexpr):
+                  DQ_QUEUE: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOAD_REGS: gl.constexpr):
+    gl.static_assert(DQ_ADD != DQ_NONE or not DQ_QUEUE, "DQ_QUEUE queues the fused dQ")
     dtype: gl.constexpr = q_desc.dtype
     k = gl.allocate_shared_memory(dtype, [2] + k_desc.block_type.shape, k_desc.layout)
     v = gl.allocate_shared_memory(dtype, [2] + v_desc.block_type.shape, v_desc.layout)
@@ -576,12 +634,12 @@ def _dkdv_program(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_out, d
                            dk_stride_b, dk_stride_h, dk_stride_s,
                            dv_stride_b, dv_stride_h, dv_stride_s,
                            Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
-                           BLOCK_M, HEAD_DIM, D, STAGES, CAUSAL, DQ_ADD)),
+                           BLOCK_M, HEAD_DIM, D, STAGES, CAUSAL, DQ_ADD, DQ_QUEUE)),
         (_dkdv_consumer1, (smem, bars, lse_ptr, delta_ptr, dq_out, dk, dv,
                            dk_stride_b, dk_stride_h, dk_stride_s,
                            dv_stride_b, dv_stride_h, dv_stride_s,
                            Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
-                           BLOCK_M, HEAD_DIM, D, STAGES, CAUSAL, DQ_ADD)),
+                           BLOCK_M, HEAD_DIM, D, STAGES, CAUSAL, DQ_ADD, DQ_QUEUE)),
         (_dkdv_load, (q_desc, k_desc, v_desc, do_desc, smem, bars, lse_ptr, delta_ptr,
                       Hq, Hkv, Sq, Sk, sm_scale, BLOCK_M, STAGES, CAUSAL, 2)),
     ], [4, 1], [CONSUMER_REGS, LOAD_REGS])
@@ -593,14 +651,16 @@ def attn_bwd_dkdv_dq_atomic(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr,
                             dv_stride_b, dv_stride_h, dv_stride_s,
                             Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
                             BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, D: gl.constexpr,
-                            STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                            STAGES: gl.constexpr, CAUSAL: gl.constexpr, DQ_QUEUE: gl.constexpr,
                             CONSUMER_REGS: gl.constexpr, LOAD_REGS: gl.constexpr):
-    """Fast variant: dK, dV, and dQ added into the fp32 accumulator with atomics.
+    """Fast variant: dK, dV, and dQ added into the fp32 accumulator with atomics; DQ_QUEUE
+    queues each tile's dQ GEMM behind its dV and dK (_dkdv_tile).
     grid: (cdiv(Sk, 128), B * Hkv); num_warps = 4 (consumer 0)."""
     _dkdv_program(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_accum, dk, dv,
                   dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
                   Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
-                  BLOCK_M, HEAD_DIM, D, STAGES, CAUSAL, DQ_ATOMIC, CONSUMER_REGS, LOAD_REGS)
+                  BLOCK_M, HEAD_DIM, D, STAGES, CAUSAL, DQ_ATOMIC, DQ_QUEUE, CONSUMER_REGS,
+                  LOAD_REGS)
 
 
 @gluon.jit
@@ -609,16 +669,18 @@ def attn_bwd_dkdv_dq_tma(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_ptr, delt
                          dv_stride_b, dv_stride_h, dv_stride_s,
                          Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
                          BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, D: gl.constexpr,
-                         STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                         STAGES: gl.constexpr, CAUSAL: gl.constexpr, DQ_QUEUE: gl.constexpr,
                          CONSUMER_REGS: gl.constexpr, LOAD_REGS: gl.constexpr):
     """Fast variant: dK, dV, and dQ added into the fp32 accumulator [B, Hq, Sq, D] by TMA
     reduce-adds through `dq_desc` (boxes of [BLOCK_M, HEAD_DIM/2] on 128-wide tiles, else
-    [BLOCK_M, HEAD_DIM]); the reduce drops a tile's rows past Sq and columns past D.
+    [BLOCK_M, HEAD_DIM]); the reduce drops a tile's rows past Sq and columns past D. DQ_QUEUE
+    queues each tile's dQ GEMM behind its dV and dK (_dkdv_tile).
     grid: (cdiv(Sk, 128), B * Hkv); num_warps = 4 (consumer 0)."""
     _dkdv_program(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_desc, dk, dv,
                   dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
                   Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
-                  BLOCK_M, HEAD_DIM, D, STAGES, CAUSAL, DQ_TMA, CONSUMER_REGS, LOAD_REGS)
+                  BLOCK_M, HEAD_DIM, D, STAGES, CAUSAL, DQ_TMA, DQ_QUEUE, CONSUMER_REGS,
+                  LOAD_REGS)
 
 
 @gluon.jit
@@ -633,7 +695,8 @@ def attn_bwd_dkdv(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dk, dv,
     _dkdv_program(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, delta_ptr, dk, dv,
                   dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
                   Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
-                  BLOCK_M, HEAD_DIM, D, STAGES, CAUSAL, DQ_NONE, CONSUMER_REGS, LOAD_REGS)
+                  BLOCK_M, HEAD_DIM, D, STAGES, CAUSAL, DQ_NONE, False, CONSUMER_REGS,
+                  LOAD_REGS)
 
 
 # --------------------------------------------------------------------------------------------

@@ -30,6 +30,9 @@ The backward (bwd.py), three launches per variant. Config knobs:
                  so every run gives the same bits.
   tma         (det 0) 1: each consumer's dQ share is staged in shared memory and added by one
               TMA reduce-add; absent: added from registers with fp32 atomics
+  dqq         (det 0, tma 1) 1: each tile's dQ GEMM is queued right behind its dV and dK GEMMs
+              (the (Q, dO) slot given back once those are done) instead of issued after them;
+              head dims 96 and 128 without a mask only (`excluded` says why)
   qN          (det 1) key rows per K/V tile of the dQ kernel
   qS          (det 1) the dQ kernel's K/V ring depth, where it differs from `stages`
   wide        (head dim 256 only) 1: the dK/dV program owns 64 keys and its two consumers
@@ -86,6 +89,10 @@ BWD_CONFIGS = (
     {"M": 64, "stages": 3, "det": 0},
     {"M": 64, "stages": 2, "det": 0, "tma": 1},
     {"M": 64, "stages": 3, "det": 0, "tma": 1},
+    # dQ queued behind dV and dK: 128-wide tiles without a mask only (`excluded` says why);
+    # with the TMA reduce only: there the atomic kernels measured slower with it (0.96-0.99x)
+    {"M": 64, "stages": 2, "det": 0, "tma": 1, "dqq": 1},
+    {"M": 64, "stages": 3, "det": 0, "tma": 1, "dqq": 1},
     {"M": 64, "stages": 2, "det": 1, "qN": 64},
     {"M": 64, "stages": 3, "det": 1, "qN": 64},
     {"M": 64, "stages": 2, "det": 1, "qN": 128},
@@ -191,9 +198,11 @@ def _bwd_steps(key: FunctionalKey, config) -> tuple[Step, ...]:
                    **regs}
     if config.get("wide"):
         dkdv_kernel = attn_bwd_dkdv_wide if det else attn_bwd_dkdv_wide_dq_atomic
+    elif det:
+        dkdv_kernel = attn_bwd_dkdv
     else:
-        dkdv_kernel = (attn_bwd_dkdv if det else
-                       attn_bwd_dkdv_dq_tma if config.get("tma") else attn_bwd_dkdv_dq_atomic)
+        dkdv_kernel = attn_bwd_dkdv_dq_tma if config.get("tma") else attn_bwd_dkdv_dq_atomic
+        dkdv_consts["DQ_QUEUE"] = bool(config.get("dqq", 0))
     if config.get("tma"):
         # each consumer's dQ share: half the tile's columns on 128-wide tiles (both consumers,
         # every tile), else all of them (one consumer, alternate tiles)
@@ -288,10 +297,26 @@ def three_consumers_excluded(head_dim: int) -> str | None:
     return None
 
 
+def dq_queue_excluded(key: FunctionalKey) -> str | None:
+    """The queued dQ (`dqq`) was measured as a patch over the default schedule in run94 (bf16,
+    by cycles, docs/gluon-bwd.md): the fastest fast kernel a row 1.004-1.023x at head dim 128
+    without a mask (the tma1 2-stage kernel against itself 1.008-1.026x), but 0.957-0.993x
+    under causal and 0.974-0.994x at head dim 64. Declared where it gained; head dim 96 runs
+    the same 128-wide kernels (measured there under causal only, 0.94-1.00x a kernel)."""
+    if key.causal or tile_dim(key.head_dim) != 128:
+        return ("the dQ GEMM queued behind dV and dK serves 128-wide tiles without a mask only: "
+                "measured slower under causal and at head dim 64 (run94, docs/gluon-bwd.md)")
+    return None
+
+
 def excluded(arch: str, op: str, key: FunctionalKey, config) -> str | None:
     if op == "bwd" and bool(config.get("wide")) != (tile_dim(key.head_dim) == WIDE_TILE_DIM):
         return ("head dim 256 runs on the wide dK/dV kernel only, and that kernel on head dim "
                 "256 only (narrower tiles fit bwd.py's, whose consumers own 64 keys each)")
+    if op == "bwd" and config.get("dqq"):
+        reason = dq_queue_excluded(key)
+        if reason:
+            return reason
     if (op == "fwd" and config.get("persistent") and config.get("overlap") and config["N"] == 128
             and config["stages"] == 2 and config.get("consumers", FWD_CONSUMERS) == 2):
         if tile_dim(key.head_dim) <= 64:
