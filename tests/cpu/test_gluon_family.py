@@ -97,14 +97,19 @@ def test_gluon_is_never_a_default():
     # 12 two-consumer configs x 4 keys per head dim, less what does not fit 227 KiB of shared
     # memory: the persistent N128 3-stage config at head dims 96 and 128 (tiles 128 wide), and
     # at 256 all but the N64 2-stage pair (plain and overlapped); the overlapped persistent
-    # N128 2-stage config at 96 and 128 without a mask only; and the 6 three-consumer
-    # configs at head dim 64 only (wider ones spill or measured slower than two consumers)
+    # N128 2-stage config at 96 and 128 without a mask only; the 6 three-consumer configs at
+    # head dim 64 only (wider ones spill or measured slower than two consumers); and the 8
+    # four-consumer configs, head dim 64 and 64-key tiles only (everything else spills)
     fwd = [v for v in everything if v.family == "gluon" and v.op == "fwd"]
     per_dim = {d: len([v for v in fwd if v.key.head_dim == d]) for d in (64, 96, 128, 256)}
-    assert per_dim == {64: 72, 96: 46, 128: 46, 256: 8}
+    assert per_dim == {64: 104, 96: 46, 128: 46, 256: 8}
     three = {v.name.split("/")[-1] for v in fwd if v.config.get("consumers") == 3}
     assert len(three) == 6 and all(n.endswith("_consumers3") for n in three)
     assert all(v.key.head_dim == 64 for v in fwd if v.config.get("consumers") == 3)
+    four = [v for v in fwd if v.config.get("consumers") == 4]
+    assert len({v.config_tag for v in four}) == 8 and len(four) == 32
+    assert all(v.name.endswith("_consumers4") and v.key.head_dim == 64 and v.config["N"] == 64
+               for v in four)
     # the backward serves 64, 128, and 96 on 128-wide tiles; 256 on the wide kernels only
     # (bwd.py's would not fit their registers there)
     bwd = [v for v in everything if v.family == "gluon" and v.op == "bwd"]
@@ -210,16 +215,20 @@ def test_persistent_kernel_launches_one_program_per_sm(gluon_archive):
 
 THREE_CONSUMERS = ("gluon/fwd/bf16-d64-causal/M64_N64_stages3_overlap1_persistent1_consumers3",
                    "gluon/fwd/bf16-d64-full/M64_N128_stages3_consumers3")
+# A causal one on a 2-stage ring, whose consumer 0 skips up to three key tiles, more than the
+# ring has slots (fwd._attend releases them oldest first), and a plain non-persistent one.
+FOUR_CONSUMERS = ("gluon/fwd/bf16-d64-causal/M64_N64_stages2_overlap1_persistent1_consumers4",
+                  "gluon/fwd/bf16-d64-full/M64_N64_stages3_consumers4")
 
 
 @pytest.fixture(scope="module")
-def three_consumer_cubins():
-    """Two of the three-consumer kernels (head dim 64), compiled alone:
-    {name: (step, cubin, warps)}."""
+def many_consumer_cubins():
+    """Two of the three-consumer kernels and two of the four-consumer ones (head dim 64),
+    compiled alone: {name: (step, cubin, warps)}."""
     from attnpack.builder.compile import CompileJob
     variants = {v.name: v for v in load_families()["gluon"].all_variants("sm_90")}
     out = {}
-    for name in THREE_CONSUMERS:
+    for name in THREE_CONSUMERS + FOUR_CONSUMERS:
         [step] = variants[name].steps
         job = CompileJob(variants[name], step)
         compiled = job.backend.compile(job)
@@ -238,9 +247,10 @@ def _assert_turns(name, sass, consumers):
     assert others and max(others) < ids[0], (name, sorted(bars))
 
 
-def test_turns_use_hardware_barriers_triton_leaves_alone(gluon_archive, three_consumer_cubins):
+def test_turns_use_hardware_barriers_triton_leaves_alone(gluon_archive, many_consumer_cubins):
     """The consumers pass the turn with a non-blocking bar.arrive and take it with bar.sync, on
-    hardware barriers 14 and 15 (13-15 with three consumers) over two warpgroups (256 threads).
+    hardware barriers 14 and 15 (13-15 with three consumers, 12-15 with four) over two
+    warpgroups (256 threads).
     Triton's own barriers in the kernel (its warpgroup syncs, the partition set-up) must keep to
     lower ids: a Triton that took one of ours would break the turn, and this fails first.
     Checked in the SASS of every kernel, disassembled with the cuobjdump Triton ships."""
@@ -249,16 +259,19 @@ def test_turns_use_hardware_barriers_triton_leaves_alone(gluon_archive, three_co
     ar = read_archive(gluon_archive)
     kernels = [(rec["name"], ar.image(rec["steps"][0]["image"]),
                 rec["config"].get("consumers", 2)) for rec in ar.kernels]
-    kernels += [(name, cubin, 3) for name, (_, cubin, _) in three_consumer_cubins.items()]
+    kernels += [(name, cubin, step.kernel.constexprs["CONSUMERS"])
+                for name, (step, cubin, _) in many_consumer_cubins.items()]
+    assert sorted(n for _, _, n in kernels)[-4:] == [3, 3, 4, 4]
     for name, cubin, consumers in kernels:
         sass = disassemble(cubin)
         _assert_turns(name, sass, consumers)
         assert not re.search(r"\b(LDL|STL)\b", sass), f"{name} spills"
 
 
-def test_three_consumer_kernels_launch_512_threads_over_192_row_tiles(three_consumer_cubins):
+def test_three_consumer_kernels_launch_512_threads_over_192_row_tiles(many_consumer_cubins):
     """Three consumer warpgroups and the loader's, 16 warps; a work tile is 3 x 64 query rows."""
-    for name, (step, cubin, warps) in three_consumer_cubins.items():
+    for name in THREE_CONSUMERS:
+        step, cubin, warps = many_consumer_cubins[name]
         facts = kernel_facts(cubin, "attn_fwd_pingpong")
         assert facts.kernarg_size == 848 and warps == 16, name
         assert step.kernel.constexprs["CONSUMERS"] == 3
@@ -267,6 +280,32 @@ def test_three_consumer_kernels_launch_512_threads_over_192_row_tiles(three_cons
         persistent = step.kernel.constexprs["PERSISTENT"]
         assert step.grid == (((("num_sms", 1),), (), ()) if persistent
                              else ((("Sq", 192),), (("B", 1), ("Hq", 1)), ())), name
+
+
+def test_four_consumer_kernels_split_20_warps_registers_over_256_row_tiles(
+        many_consumer_cubins):
+    """Four consumer warpgroups and the loader's warp, which Triton pads to a warpgroup: 20
+    warps, launched with 65536 / 640 rounded down to 8 = 96 registers a thread. setmaxnreg then
+    gives consumers 1-3 112 each, the loader's warpgroup 24 and consumer 0 (the default
+    partition) the 120 left: 61 440 registers, the launch's all. The wgmmas are not serialized
+    (ptxas does that where registers run short, as at 128-key tiles here); no spills (above)."""
+    if not cuobjdump().is_file():
+        pytest.skip(f"no cuobjdump in the triton package ({cuobjdump()})")
+    from attnpack.builder import sass
+    for name in FOUR_CONSUMERS:
+        step, cubin, warps = many_consumer_cubins[name]
+        facts = kernel_facts(cubin, "attn_fwd_pingpong")
+        assert facts.kernarg_size == 848 and warps == 20, name
+        assert facts.resources["registers"] == 96 and facts.resources["stack_bytes"] == 0, name
+        consts = step.kernel.constexprs
+        assert (consts["CONSUMERS"], consts["CONSUMER_REGS"], consts["LOAD_REGS"]) == (4, 112, 24)
+        code = disassemble(cubin)
+        regs = {int(n, 16) for n in re.findall(r"USETMAXREG\.\S+ (?:UP\d+, )?(0x[0-9a-f]+)", code)}
+        assert {120, 112, 24} <= regs, (name, sorted(regs))
+        assert (120 + 3 * 112 + 24) * 128 == facts.resources["registers"] * warps * 32
+        assert not sass.wgmma_serialized(sass.instructions(cubin)), name
+        assert step.grid == (((("num_sms", 1),), (), ()) if consts["PERSISTENT"]
+                             else ((("Sq", 256),), (("B", 1), ("Hq", 1)), ())), name
 
 
 def test_descriptor_pitch_and_alignment_are_checked(gluon_archive):
@@ -285,7 +324,7 @@ def test_descriptor_pitch_and_alignment_are_checked(gluon_archive):
         assert len(bundle.recorded_launches()["launches"]) == 1
 
 
-@pytest.mark.parametrize("consumers", [2, 3])
+@pytest.mark.parametrize("consumers", [2, 3, 4])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("B,Hq,Sq", [(1, 1, 1), (1, 1, 128), (3, 5, 384), (2, 7, 640),
                                      (64, 32, 256), (1, 16, 16384), (5, 3, 1000)])
@@ -326,7 +365,7 @@ class _IntegerGl:
 @pytest.mark.parametrize("Sq,Sk", [(1, 1), (128, 128), (200, 200), (640, 640), (1000, 3000),
                                    (300, 100), (4096, 1000), (1024, 1024)])
 @pytest.mark.parametrize("N", [64, 128])
-@pytest.mark.parametrize("consumers", [2, 3])
+@pytest.mark.parametrize("consumers", [2, 3, 4])
 def test_causal_consumers_compute_every_visible_key_tile_and_skip_only_masked_ones(
         monkeypatch, Sq, Sk, N, consumers):
     """Top-left causal (key k visible to query q iff k <= q, k < Sk): a work tile visits the key
@@ -349,10 +388,36 @@ def test_causal_consumers_compute_every_visible_key_tile_and_skip_only_masked_on
             assert n_tiles - n_own <= fwd._max_skipped(consumer, consumers, m, N, True)
             if consumer == consumers - 1 or (consumers == 2 and N > m):
                 assert n_own == n_tiles
+            if fwd._max_skipped(consumer, consumers, m, N, True) == 0:
+                assert n_own == n_tiles  # nothing compiled for skipping
             skipped += n_tiles - n_own
     # with 64-key tiles consumer 0 skips one tile wherever its rows stop short of the keys;
-    # three consumers, 192 rows reach past some consumer's last key tile wherever there are two
-    assert (skipped > 0) == ((N == m or consumers == 3) and Sk > N)
+    # three or four consumers' 192 or 256 rows reach past some consumer's last key tile
+    # wherever there are two
+    assert (skipped > 0) == ((N == m or consumers > 2) and Sk > N)
+
+
+@pytest.mark.parametrize("consumers,N,most", [
+    (2, 64, [1, 0]), (2, 128, [0, 0]), (3, 64, [2, 1, 0]), (3, 128, [1, 1, 0]),
+    (4, 64, [3, 2, 1, 0]), (4, 128, [1, 1, 0, 0])])
+def test_max_skipped_is_the_most_any_work_tile_skips(monkeypatch, consumers, N, most):
+    """fwd._max_skipped is exact, not only a bound: its value is what the static loops of
+    fwd._attend unroll, and where it exceeds the ring's stages (consumer 0 of four, 64-key tiles,
+    2 stages) the skipped slots are released oldest first. Every start a work tile can have
+    (multiples of its rows, and keys reaching past it) against each consumer's skipped tiles."""
+    fwd, m = kernel_module("fwd"), 64
+    monkeypatch.setattr(fwd, "gl", _IntegerGl)
+    tile = consumers * m
+    seen = [0] * consumers
+    for start in range(0, 2 * N * tile, tile):
+        n_tiles = fwd._kv_tiles.fn(start, 10 ** 9, tile, N, True)
+        for consumer in range(consumers):
+            n_own = min(n_tiles, -(-(start + (consumer + 1) * m) // N))
+            seen[consumer] = max(seen[consumer], n_tiles - n_own)
+    assert seen == most
+    assert [fwd._max_skipped(c, consumers, m, N, True) for c in range(consumers)] == most
+    assert [fwd._max_skipped(c, consumers, m, N, False) for c in range(consumers)] == \
+        [0] * consumers
 
 
 def test_key_tile_loop_issues_one_exp2_per_score_and_row(gluon_archive):

@@ -165,7 +165,8 @@ def test_forward_and_triton_backward_match_math_sdpa(archives, B, Hq, Hkv, Sq, S
 # Persistent programs take work units round-robin; a unit pairs row block i of a head with
 # row block R-1-i (fwd._unit_tiles), and the middle one of an odd R is a unit alone. These
 # shapes have odd and even R above 1 (S 384, 640: R 3, 5; S 1024: R 8; with three consumers'
-# 192-row tiles R 2, 4, 6, and the last tile's later consumers idle at S 640 and 1024) and more
+# 192-row tiles R 2, 4, 6, and the last tile's later consumers idle at S 640 and 1024; with
+# four consumers' 256-row tiles R 2, 3, 4, and consumers 2 and 3 idle at S 384 and 640) and more
 # units than an H200 has programs, so every program serves several units across heads and
 # batches.
 @pytest.mark.parametrize("B,Hq,Hkv,S", [(5, 7, 7, 640), (3, 8, 2, 384), (9, 16, 4, 1024)])

@@ -1,7 +1,8 @@
 """The Gluon family for sm_90: the dual-wave (ping-pong) forward and the warp-specialized
 backward, their launch steps and declared variant spaces.
 
-Run and measured on the H200 (docs/gluon-family.md, docs/gluon-bwd.md). The family has
+Run and measured on the H200 (docs/gluon-family.md, docs/gluon-bwd.md), except the four-consumer
+forward configs (built and checked on the CPU only, not yet run on the H200). The family has
 priority 1000, so it is never a family default: it serves where the tuning database picks it
 (319 of the 384 sm_90 forward keys and 288 of the 297 backward keys in aot/tuning_db/sm_90.jsonl),
 with the triton default behind it for inputs a TMA descriptor cannot take.
@@ -10,7 +11,7 @@ Head dims: the forward and the backward serve 64, 96, 128 and 256. 96 runs on 12
 (`tile_dim`); the backward at 256 has a kernel of its own (`wide`, bwd_wide.py).
 
 Config knobs:
-  M           query rows per consumer warpgroup (a work tile is 2 * M rows, or 3 * M)
+  M           query rows per consumer warpgroup (a work tile is 2 * M rows, 3 * M or 4 * M)
   N           key rows per K/V tile
   stages      depth of the K/V shared-memory ring
   overlap     1: softmax(j) runs while the warpgroup's own PV(j - 1) is in flight (fwd.py);
@@ -19,7 +20,9 @@ Config knobs:
               absent: one program per work tile
   consumers   3: three consumer warpgroups take turns (a work tile is 3 * M rows): at head dim
               64 a softmax's exponentials take as long as its warpgroup's GEMMs, and two
-              others' GEMMs hide them better than one; absent: two
+              others' GEMMs hide them better than one; 4: four (4 * M = 256 rows, which
+              divide sequence lengths of 1024 and up), head dim 64 and N = 64 only, 112
+              registers a thread; absent: two
 
 The backward (bwd.py), three launches per variant. Config knobs:
   M           query rows per dK/dV step (the dK/dV program owns 128 keys, 64 per consumer)
@@ -79,6 +82,16 @@ FWD_CONFIGS = (
     # persistent N128 keeps the plain schedule: the overlapped one spills with 160 registers
     {"M": 64, "N": 128, "stages": 3, "persistent": 1, "consumers": 3},
     {"M": 64, "N": 64, "stages": 3, "overlap": 1, "persistent": 1, "consumers": 3},
+    # four consumer warpgroups, head dim 64 only (`excluded`), 64-key tiles only: with 128-key
+    # tiles every config spills 3 KB at 112 registers a thread and its wgmmas are serialized
+    {"M": 64, "N": 64, "stages": 2, "consumers": 4},
+    {"M": 64, "N": 64, "stages": 3, "consumers": 4},
+    {"M": 64, "N": 64, "stages": 2, "overlap": 1, "consumers": 4},
+    {"M": 64, "N": 64, "stages": 3, "overlap": 1, "consumers": 4},
+    {"M": 64, "N": 64, "stages": 2, "persistent": 1, "consumers": 4},
+    {"M": 64, "N": 64, "stages": 3, "persistent": 1, "consumers": 4},
+    {"M": 64, "N": 64, "stages": 2, "overlap": 1, "persistent": 1, "consumers": 4},
+    {"M": 64, "N": 64, "stages": 3, "overlap": 1, "persistent": 1, "consumers": 4},
 )
 FWD_CONSUMERS = 2  # consumer warpgroups of a forward config without the knob
 
@@ -124,6 +137,15 @@ LOAD_REGS = 40
 # Three consumers: 3 x 128 x 160 + 128 x 24 = 64 512 of the SM's 65 536 registers.
 CONSUMER_REGS_3 = 160
 LOAD_REGS_3 = 24
+# Four consumers: 20 warps (the loader's padded to a warpgroup), so Triton launches with
+# 65 536 / 640 rounded down to 8 = 96 registers a thread, 61 440 in all, and gives the default
+# partition (consumer 0) what the others leave: 480 - 3 x 112 - 24 = 120. At 104 the 64-key
+# configs spill (48-160 bytes); at 112 none does.
+CONSUMER_REGS_4 = 112
+LOAD_REGS_4 = 24
+# (consumer, loader) registers a thread by consumer warpgroups
+FWD_REGS = {2: (CONSUMER_REGS, LOAD_REGS), 3: (CONSUMER_REGS_3, LOAD_REGS_3),
+            4: (CONSUMER_REGS_4, LOAD_REGS_4)}
 # The backward's consumers hold two [64, D] fp32 accumulators (dK, dV) besides the scores.
 BWD_CONSUMER_REGS = 240
 BWD_LOAD_REGS = 24
@@ -158,8 +180,7 @@ def _fwd_steps(key: FunctionalKey, config) -> tuple[Step, ...]:
                   "STAGES": config["stages"], "CAUSAL": key.causal,
                   "OVERLAP": bool(config.get("overlap", 0)),
                   "PERSISTENT": bool(config.get("persistent", 0)), "CONSUMERS": consumers,
-                  "CONSUMER_REGS": CONSUMER_REGS if consumers == 2 else CONSUMER_REGS_3,
-                  "LOAD_REGS": LOAD_REGS if consumers == 2 else LOAD_REGS_3}
+                  "CONSUMER_REGS": FWD_REGS[consumers][0], "LOAD_REGS": FWD_REGS[consumers][1]}
     if config.get("persistent"):
         grid = ((("num_sms", 1),), (), ())
     else:
@@ -309,6 +330,16 @@ def dq_queue_excluded(key: FunctionalKey) -> str | None:
     return None
 
 
+def four_consumers_excluded(head_dim: int) -> str | None:
+    """Four consumers get 112 registers a thread (consumer 0 120). O's accumulator is 32 fp32
+    registers a thread at tile width 64 and 64 at 128: there even the 64-key configs spill
+    (N64 3 stages overlapped 1040 bytes, N64 2 stages plain 1548 and serialized wgmmas)."""
+    if tile_dim(head_dim) > 64:
+        return ("four consumer warpgroups serve head dim 64 only: their 112 registers a thread "
+                "do not hold a wider tile's accumulator and scores (docs/gluon-family.md)")
+    return None
+
+
 def excluded(arch: str, op: str, key: FunctionalKey, config) -> str | None:
     if op == "bwd" and bool(config.get("wide")) != (tile_dim(key.head_dim) == WIDE_TILE_DIM):
         return ("head dim 256 runs on the wide dK/dV kernel only, and that kernel on head dim "
@@ -325,6 +356,10 @@ def excluded(arch: str, op: str, key: FunctionalKey, config) -> str | None:
             return "the overlapped persistent N128 2-stage schedule spills under causal"
     if op == "fwd" and config.get("consumers", FWD_CONSUMERS) == 3:
         reason = three_consumers_excluded(key.head_dim)
+        if reason:
+            return reason
+    if op == "fwd" and config.get("consumers", FWD_CONSUMERS) == 4:
+        reason = four_consumers_excluded(key.head_dim)
         if reason:
             return reason
     need = shared_memory_bytes(tile_dim(key.head_dim), config, op)

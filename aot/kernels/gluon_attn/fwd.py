@@ -1,12 +1,13 @@
 """Attention forward in Gluon for Hopper (sm_90): TMA, wgmma, mbarriers, warp specialization.
 
-A work tile is CONSUMERS * BLOCK_M query rows of one (batch, head), CONSUMERS = 2 or 3
+A work tile is CONSUMERS * BLOCK_M query rows of one (batch, head), CONSUMERS = 2, 3 or 4
 consumer warpgroups. The partitions of a program:
 
     load      1 warp     TMA: K/V tiles into a STAGES-deep ring, and each work tile's Q tiles
     consumer0 4 warps    rows [start, start + BLOCK_M)             (the default partition)
     consumer1 4 warps    rows [start + BLOCK_M, start + 2 * BLOCK_M)
-    consumer2 4 warps    rows [start + 2 * BLOCK_M, start + 3 * BLOCK_M)   (CONSUMERS = 3)
+    consumer2 4 warps    rows [start + 2 * BLOCK_M, start + 3 * BLOCK_M)   (CONSUMERS >= 3)
+    consumer3 4 warps    rows [start + 3 * BLOCK_M, start + 4 * BLOCK_M)   (CONSUMERS = 4)
 
 Without PERSISTENT the grid is (row blocks, B * Hq) and a program serves one work tile. With
 it the grid is one program per SM, striding over work units of two tiles that cost the same
@@ -16,10 +17,11 @@ the next tile's loads.
 
 The consumers ping-pong: a consumer issues its tensor-core work (QKᵀ of tile j, PV of tile
 j - 1) only while it holds the "turn" (a named hardware barrier per consumer, _take_turn and
-_pass_turn, handed round 0, 1, (2,) 0, ...), so its softmax runs while another warpgroup's GEMMs
-occupy the tensor cores. At head dim 64 a consumer's GEMMs take about as long as its softmax's
-exponentials (2 x 64 multiply-adds against one exp2 per score, on units 128x apart in
-throughput), so a third consumer gives each softmax two others' GEMMs to hide behind. Two
+_pass_turn, handed round 0, 1, (2, (3,)) 0, ...), so its softmax runs while another warpgroup's
+GEMMs occupy the tensor cores. At head dim 64 a consumer's GEMMs take about as long as its
+softmax's exponentials (2 x 64 multiply-adds against one exp2 per score, on units 128x apart in
+throughput), so a third consumer gives each softmax two others' GEMMs to hide behind (a fourth
+gives it three, and 256-row work tiles that divide sequence lengths of 1024 and up). Two
 schedules (the OVERLAP constexpr):
     plain       wait for both GEMMs, then hand the turn over, then softmax(j)
     overlapped  hand the turn over once both are issued, wait for QKᵀ(j) only, run softmax(j)
@@ -352,9 +354,9 @@ def _softmax(s, m_i, l_i, r_i, j, row0, Sk, qk_scale,
 # the previous consumer's 128 threads have arrived there, and passes it with bar.arrive on the
 # next one's, which does not wait: the passing warps go straight on to their softmax. (An
 # mbarrier.arrive would first bar.sync the passing warpgroup: Gluon lowers it to a warpgroup
-# barrier and one predicated arrive.) The ids are the top ones, 14-15 or 13-15; Triton's own
-# partition barriers use ids 0-2 here, which tests/cpu/test_gluon_family.py checks in every
-# kernel's SASS.
+# barrier and one predicated arrive.) The ids are the top ones, 14-15, 13-15 or 12-15; Triton's
+# own partition barriers use ids 0-2 here (0-4 with four consumers), which
+# tests/cpu/test_gluon_family.py checks in every kernel's SASS.
 # --------------------------------------------------------------------------------------------
 LAST_BARRIER = gl.constexpr(15)  # consumer c's turn is barrier 16 - CONSUMERS + c
 
@@ -384,14 +386,19 @@ def _pass_turn(CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr):
 
 @gluon.constexpr_function
 def _max_skipped(CONSUMER, CONSUMERS, BLOCK_M, BLOCK_N, CAUSAL):
-    """The most key tiles of a work tile that lie wholly past this consumer's rows under causal:
-    the later consumers' (CONSUMERS - 1 - CONSUMER) * BLOCK_M rows span up to that many keys.
-    Two consumers with 128-key tiles skip none (a tile boundary never falls between consumer
-    0's last row and the work tile's), and nothing is compiled for it."""
-    if CAUSAL and (BLOCK_N == BLOCK_M or CONSUMERS > 2):
-        return ((CONSUMERS - 1 - CONSUMER) * BLOCK_M + BLOCK_N - 1) // BLOCK_N
-    else:
+    """The most key tiles of a work tile that lie wholly past this consumer's rows under causal.
+    A work tile from `start`, a multiple of its CONSUMERS * BLOCK_M rows, visits the key tiles
+    below start + CONSUMERS * BLOCK_M and this consumer's rows see those below
+    start + (CONSUMER + 1) * BLOCK_M: the most tiles between the two over every start (the
+    count repeats after BLOCK_N work tiles). Where a tile boundary never falls between this
+    consumer's last row and the work tile's it is 0 and nothing is compiled for skipping: two
+    consumers with 128-key tiles, and consumer 2 of four."""
+    if not CAUSAL:
         return 0
+    tile_m = CONSUMERS * BLOCK_M
+    mine = (CONSUMER + 1) * BLOCK_M
+    return max(-(-(start + tile_m) // BLOCK_N) - -(-(start + mine) // BLOCK_N)
+               for start in range(0, BLOCK_N * tile_m, tile_m))
 
 
 @gluon.jit
@@ -517,9 +524,18 @@ def _attend(q, smem, bars, base, n_tiles, row0, Sk, sm_scale,
         if t < n_tiles - n_own:  # the other skipped tiles' turns, empty
             _take_turn(CONSUMER, CONSUMERS)
             _pass_turn(CONSUMER, CONSUMERS)
+    # The skipped slots, each once its tile landed. A tile lands only once every consumer
+    # released the tile STAGES before it in the ring. Where more tiles may be skipped than the
+    # ring has slots (consumer 0 of four on a 2-stage ring skips up to three 64-key tiles) that
+    # tile may be a skipped one too, released here: oldest first then, as newest first would
+    # wait for a release that comes after it. Otherwise newest first, as the kernels run on the
+    # H200 do.
     for t in gl.static_range(MAX_SKIP):
         if t < n_tiles - n_own:
-            _release_landed(bars, base + n_tiles - 1 - t, STAGES)
+            if MAX_SKIP > STAGES:
+                _release_landed(bars, base + n_own + t, STAGES)
+            else:
+                _release_landed(bars, base + n_tiles - 1 - t, STAGES)
     return acc, m_i, l_i
 
 
@@ -527,8 +543,8 @@ def _attend(q, smem, bars, base, n_tiles, row0, Sk, sm_scale,
 def _idle(bars, base, n_tiles, CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr,
           STAGES: gl.constexpr):
     """A work tile whose rows for this consumer all lie past Sq (three consumers' 192 rows
-    against, say, Sq = 1024): no GEMMs, only the tile's turns and slot releases, so the others'
-    round and the loader's ring go on."""
+    against, say, Sq = 1024, or four consumers' 256 against Sq = 1000): no GEMMs, only the
+    tile's turns and slot releases, so the others' round and the loader's ring go on."""
     mbarrier.arrive(bars.q_free.index(CONSUMER))
     for j in range(n_tiles):
         _take_turn(CONSUMER, CONSUMERS)
@@ -620,9 +636,10 @@ def _consume_tile(o_desc, lse_ptr, smem, bars, b, h, start, count, it, Hq, Sq, S
     n_tiles = _kv_tiles(start, Sk, CONSUMERS * BLOCK_M, BLOCK_N, CAUSAL)
     row0 = start + CONSUMER * BLOCK_M
     mbarrier.wait(bars.q_ready.index(CONSUMER), it & 1)
-    # Three consumers' 192 rows often reach past Sq (Sq = 1024: the last work tile has 64 rows),
-    # and a later consumer's rows may all lie there: it then only keeps the round. (Two
-    # consumers' 128 rows leave one idle less often; that code is left out.)
+    # Three or four consumers' 192 or 256 rows often reach past Sq (Sq = 1024 and three: the
+    # last work tile has 64 rows), and a later consumer's rows may all lie there: it then only
+    # keeps the round. (Two consumers' 128 rows leave one idle less often; that code is left
+    # out.)
     if CONSUMERS > 2 and CONSUMER > 0:
         if row0 < Sq:
             _consume_rows(o_desc, lse_ptr, smem, bars, b, h, count, n_tiles, row0, Hq, Sq, Sk,
@@ -661,7 +678,7 @@ def attn_fwd_pingpong(q_desc, k_desc, v_desc, o_desc, lse_ptr, B, Hq, Hkv, Sq, S
                       CONSUMER_REGS: gl.constexpr, LOAD_REGS: gl.constexpr):
     """grid: (cdiv(Sq, CONSUMERS * BLOCK_M), B * Hq), or (num_sms,) when PERSISTENT;
     num_warps = 4 (consumer 0)."""
-    gl.static_assert(CONSUMERS == 2 or CONSUMERS == 3, "two or three consumer warpgroups")
+    gl.static_assert(CONSUMERS >= 2 and CONSUMERS <= 4, "two, three or four consumer warpgroups")
     dtype: gl.constexpr = q_desc.dtype
     q = gl.allocate_shared_memory(dtype, [CONSUMERS] + q_desc.block_type.shape, q_desc.layout)
     if PERSISTENT:
@@ -697,24 +714,14 @@ def attn_fwd_pingpong(q_desc, k_desc, v_desc, o_desc, lse_ptr, B, Hq, Hkv, Sq, S
 
     # Each consumer partition is _consume with its index as a constexpr. The argument tuples
     # are written in the call: a tuple stored in a variable would turn its constexprs into
-    # runtime values.
-    if CONSUMERS == 2:
-        gl.warp_specialize([
-            (_consume, (o_desc, lse_ptr, smem, bars, B, Hq, Sq, Sk, sm_scale, 0, CONSUMERS,
-                        BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP, PERSISTENT)),
-            (_consume, (o_desc, lse_ptr, smem, bars, B, Hq, Sq, Sk, sm_scale, 1, CONSUMERS,
-                        BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP, PERSISTENT)),
-            (_load, (q_desc, k_desc, v_desc, smem, bars, B, Hq, Hkv, Sq, Sk,
-                     BLOCK_M, BLOCK_N, STAGES, CAUSAL, PERSISTENT, CONSUMERS)),
-        ], [4, 1], [CONSUMER_REGS, LOAD_REGS])
-    else:
-        gl.warp_specialize([
-            (_consume, (o_desc, lse_ptr, smem, bars, B, Hq, Sq, Sk, sm_scale, 0, CONSUMERS,
-                        BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP, PERSISTENT)),
-            (_consume, (o_desc, lse_ptr, smem, bars, B, Hq, Sq, Sk, sm_scale, 1, CONSUMERS,
-                        BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP, PERSISTENT)),
-            (_consume, (o_desc, lse_ptr, smem, bars, B, Hq, Sq, Sk, sm_scale, 2, CONSUMERS,
-                        BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP, PERSISTENT)),
-            (_load, (q_desc, k_desc, v_desc, smem, bars, B, Hq, Hkv, Sq, Sk,
-                     BLOCK_M, BLOCK_N, STAGES, CAUSAL, PERSISTENT, CONSUMERS)),
-        ], [4, 4, 1], [CONSUMER_REGS, CONSUMER_REGS, LOAD_REGS])
+    # runtime values, and so would concatenating two lists of partitions (tuple.__add__
+    # unwraps its right operand's constexprs). So one comprehension over constexpr indices
+    # builds every partition's tuple in place: 0..CONSUMERS-1 the consumers, then the loader.
+    gl.warp_specialize(
+        [(_consume, (o_desc, lse_ptr, smem, bars, B, Hq, Sq, Sk, sm_scale, c, CONSUMERS,
+                     BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP, PERSISTENT))
+         if c < CONSUMERS else
+         (_load, (q_desc, k_desc, v_desc, smem, bars, B, Hq, Hkv, Sq, Sk,
+                  BLOCK_M, BLOCK_N, STAGES, CAUSAL, PERSISTENT, CONSUMERS))
+         for c in (0, 1, 2, 3, 4)[:CONSUMERS + 1]],
+        [4] * (CONSUMERS - 1) + [1], [CONSUMER_REGS] * (CONSUMERS - 1) + [LOAD_REGS])
