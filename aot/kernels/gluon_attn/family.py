@@ -1,10 +1,11 @@
 """The Gluon family for sm_90: the dual-wave (ping-pong) forward and the warp-specialized
 backward, their launch steps and declared variant spaces.
 
-Run and measured on the H200 (docs/gluon-family.md, docs/gluon-bwd.md), except the four-consumer
-forward configs (built and checked on the CPU only, not yet run on the H200). The family has
-priority 1000, so it is never a family default: it serves where the tuning database picks it
-(319 of the 384 sm_90 forward keys and 288 of the 297 backward keys in aot/tuning_db/sm_90.jsonl),
+Run and measured on the H200 (docs/gluon-family.md, docs/gluon-bwd.md); the four-consumer
+forward configs passed part of their GPU tests only (run97: docs/gluon-family.md, item 19). The
+family has priority 1000, so it is never a family default: it serves where the tuning database
+picks it (315 of the 452 sm_90 forward keys, decode keys included, and 288 of the 297 backward
+keys in aot/tuning_db/sm_90.jsonl),
 with the triton default behind it for inputs a TMA descriptor cannot take.
 
 Head dims: the forward and the backward serve 64, 96, 128 and 256. 96 runs on 128-wide tiles
