@@ -6,7 +6,8 @@
 #      dim 64, the persistent-unit cases, which idle consumers 2 and 3 of four at S 384 and
 #      640, and the growing-maxima test);
 #   2. the last 11 keys of keys_fwd_bf16_d64.json (the tuner skips the 79 in run97's output),
-#      merged over the database at 1 %. Returns fwd_bf16_d64.jsonl and sm_90_merged.txt.
+#      merged over the database at 1 % (build_tools/tune_merge.sh). Returns fwd_bf16_d64.jsonl and
+#      sm_90_merged.txt.
 cd "$(dirname "$0")/.."
 export ATTNPACK_COMMIT=${ATTNPACK_COMMIT:-unknown} OUT PYTHONUNBUFFERED=1
 mkdir -p $OUT/logs .carry/tuned
@@ -16,9 +17,4 @@ FILES=tests/gpu/test_gluon_attn.py OUT=$OUT/logs timeout 300 bash build_tools/ru
   > $OUT/tests_attn.txt 2>&1
 echo "test_gluon_attn rc $? at $SECONDS s: $(tail -n 1 $OUT/logs/test_gluon_attn.log)"
 grep -h "FAILED\|Error" $OUT/logs/test_gluon_attn.log | head -n 20
-bash build_tools/tune_keys.sh fwd_bf16_d64 .carry/keys_fwd_bf16_d64.json 200 240
-. build_tools/runtime_env.sh /tmp/logs-da
-python3 -m attnpack.cli db merge --min-gain 1.01 aot/tuning_db/sm_90.jsonl \
-  $OUT/fwd_bf16_d64.jsonl -o aot/tuning_db/sm_90.jsonl \
-  && cp aot/tuning_db/sm_90.jsonl $OUT/sm_90_merged.txt
-git diff --stat aot/tuning_db/ | tail -n 1
+bash build_tools/tune_merge.sh fwd_bf16_d64 .carry/keys_fwd_bf16_d64.json 200 240
