@@ -8,6 +8,8 @@ over the run falls on every side alike.
 
 The older side is built from a copy of aot/ that holds the older kernel source:
 `attnpack build --arch sm_90 --all --family gluon --kernels /tmp/old-aot/kernels -o old/`.
+With one --archive it times that archive's kernels alone: which kernel wins at which shape (the
+tuner's timing shape of a key against the rows the key serves, for instance).
 
 Rows with one query (decode) are skipped: this compares prefill kernels, and a kernel whose
 `requires` refuse a shape (the decode kernels, Sq <= 16) is left out of that shape. Before timing, each
@@ -174,7 +176,8 @@ def print_row(row, sides):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--archive", type=_side, action="append", required=True,
-                    help="NAME=PATH, two or more; the first is the baseline")
+                    help="NAME=PATH; with two or more the first is the baseline, one times its "
+                         "kernels alone (which kernel wins at which shape)")
     ap.add_argument("--shapes", type=Path, action="append", required=True)
     ap.add_argument("--op", choices=("fwd", "bwd"), default="fwd")
     ap.add_argument("--kernel-filter", default="",
@@ -187,8 +190,6 @@ def main(argv=None):
                     help=f"compare cycles per call (rates at {NOMINAL_GHZ} GHz), not times")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
-    if len(args.archive) < 2:
-        ap.error("give at least two --archive NAME=PATH")
     sides = [name for name, _ in args.archive]
     wanted = re.compile(args.kernel_filter)
     names = [{k: [n for n in v if wanted.search(n)]
