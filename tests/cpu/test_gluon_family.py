@@ -238,13 +238,19 @@ def many_consumer_cubins():
 
 def _assert_turns(name, sass, consumers):
     """The turn barriers are the top `consumers` ids, each taken (bar.sync) and passed
-    (bar.arrive) over two warpgroups; Triton's own barriers keep below them."""
-    bars = set(re.findall(r"BAR\.(SYNC|ARV)\S* (0x[0-9a-f]+)(?:, (0x[0-9a-f]+))?", sass))
+    (bar.arrive) over two warpgroups. A forward kernel releases its ring slots on barriers
+    counted over every consumer's 128 threads and the loader's 32 (the consumers arrive, the
+    loader syncs), whose ids, 5 and up by slot (fwd.FIRST_FREE_BARRIER), are in registers.
+    Triton's own barriers keep below both."""
+    bars = set(re.findall(r"BAR\.(SYNC|ARV)\S* (0x[0-9a-f]+|R\d+)(?:, (0x[0-9a-f]+))?", sass))
     turns = {(op, int(i, 16)) for op, i, n in bars if n == "0x100"}
     ids = range(16 - consumers, 16)
     assert turns == {(op, i) for op in ("SYNC", "ARV") for i in ids}, name
-    others = {int(i, 16) for op, i, n in bars if n != "0x100"}
-    assert others and max(others) < ids[0], (name, sorted(bars))
+    slot_count = hex(32 + 128 * consumers)
+    slots = {op for op, i, n in bars if n == slot_count}
+    assert slots == ({"SYNC", "ARV"} if "/fwd/" in name else set()), (name, sorted(bars))
+    others = {int(i, 16) for op, i, n in bars if n not in ("0x100", slot_count)}
+    assert others and max(others) < min(ids[0], 5), (name, sorted(bars))
 
 
 def test_turns_use_hardware_barriers_triton_leaves_alone(gluon_archive, many_consumer_cubins):

@@ -162,23 +162,17 @@ class FwdBarriers:
     # K(j) lands on k_ready. With a 2-stage ring V(j) lands on v_ready, so QKᵀ(j) waits for
     # K(j) only; with 3 stages the loads run far enough ahead that the second wait only costs,
     # and V(j) lands on k_ready beside K(j) (v_ready is unused). Separate allocations: Triton
-    # puts a warpgroup bar.sync between two waits on one.
+    # puts a warpgroup bar.sync between two waits on one. A ring slot's release goes the
+    # other way, on named hardware barriers (_free_slot, below).
     k_ready: gl.shared_memory_descriptor  # [STAGES]
     v_ready: gl.shared_memory_descriptor  # [STAGES]
-    # [STAGES] every consumer is done with a slot's V (its PV ran). With a 2-stage ring, k_free:
-    # every consumer is done with its K (its QKᵀ ran); with 3 the slot's K and V are refilled
-    # together once v_free completes (k_free is v_free, and _release_k arrives on neither).
-    k_free: gl.shared_memory_descriptor
-    v_free: gl.shared_memory_descriptor
 
     @gluon.constexpr_function
-    def __init__(self, q_ready, q_free, k_ready, v_ready, k_free, v_free):
+    def __init__(self, q_ready, q_free, k_ready, v_ready):
         self.q_ready = q_ready
         self.q_free = q_free
         self.k_ready = k_ready
         self.v_ready = v_ready
-        self.k_free = k_free
-        self.v_free = v_free
 
 
 # --------------------------------------------------------------------------------------------
@@ -201,8 +195,14 @@ def _load(q_desc, k_desc, v_desc, smem, bars, B, Hq, Hkv, Sq, Sk,
                 it += 1
     else:
         b, h, start = _tile(first, 0, row_blocks, Hq, TILE_M, PERSISTENT, CAUSAL)
-        _load_tile(q_desc, k_desc, v_desc, smem, bars, b, h, start, 0, 0, Hq, Hkv, Sk,
-                   BLOCK_M, BLOCK_N, STAGES, CAUSAL, CONSUMERS)
+        count = _load_tile(q_desc, k_desc, v_desc, smem, bars, b, h, start, 0, 0, Hq, Hkv, Sk,
+                           BLOCK_M, BLOCK_N, STAGES, CAUSAL, CONSUMERS)
+    # The releases of the last STAGES tiles, which no load waits for: taken here, so every
+    # release barrier ends the kernel with no arrival pending.
+    for t in range(count - STAGES, count):
+        if t >= 0:
+            _await_slot(t % STAGES, False, STAGES, CONSUMERS)
+            _await_slot(t % STAGES, True, STAGES, CONSUMERS)
 
 
 @gluon.jit
@@ -218,15 +218,14 @@ def _load_tile(q_desc, k_desc, v_desc, smem, bars, b, h, start, count, it, Hq, H
     n_tiles = _kv_tiles(start, Sk, CONSUMERS * BLOCK_M, BLOCK_N, CAUSAL)
     for j in range(n_tiles):
         stage = (count + j) % STAGES
-        # Wait until every consumer released the slot's previous tile: its K (2 stages), or its
-        # K and V together. A fresh barrier counts as having completed the phase before 0, so
-        # the first STAGES waits pass at once.
-        free_phase = (((count + j) // STAGES) & 1) ^ 1
+        # Wait until every consumer released the slot's previous tile, if it had one: its K
+        # (2 stages), or its K and V together.
+        refill = count + j >= STAGES
+        if refill:
+            _await_slot(stage, False, STAGES, CONSUMERS)
         if STAGES == SPLIT_KV_STAGES:
-            mbarrier.wait(bars.k_free.index(stage), free_phase)
             mbarrier.expect(bars.k_ready.index(stage), k_bytes)
         else:
-            mbarrier.wait(bars.v_free.index(stage), free_phase)
             mbarrier.expect(bars.k_ready.index(stage), k_bytes + v_bytes)
         tma.async_copy_global_to_shared(k_desc, [b, kv_h, j * BLOCK_N, 0],
                                         bars.k_ready.index(stage), smem.k.index(stage))
@@ -243,7 +242,8 @@ def _load_tile(q_desc, k_desc, v_desc, smem, bars, b, h, start, count, it, Hq, H
                 tma.async_copy_global_to_shared(q_desc, [b, h, start + c * BLOCK_M, 0],
                                                 bars.q_ready.index(c), smem.q.index(c))
         if STAGES == SPLIT_KV_STAGES:
-            mbarrier.wait(bars.v_free.index(stage), free_phase)
+            if refill:
+                _await_slot(stage, True, STAGES, CONSUMERS)
             mbarrier.expect(bars.v_ready.index(stage), v_bytes)
             tma.async_copy_global_to_shared(v_desc, [b, kv_h, j * BLOCK_N, 0],
                                             bars.v_ready.index(stage), smem.v.index(stage))
@@ -258,8 +258,60 @@ def _wait_v(bars, stage, count, STAGES: gl.constexpr):
         mbarrier.wait(bars.v_ready.index(stage), (count // STAGES) & 1)
 
 
+# --------------------------------------------------------------------------------------------
+# slot releases: named hardware barriers, one per ring slot (two with a 2-stage ring: its K and
+# its V), ids FIRST_FREE_BARRIER and up. Every consumer thread arrives (bar.arrive, no wait)
+# once its wgmma that read the slot is done, and the loader's warp takes the barrier (bar.sync
+# over the consumers' 128 threads each and its 32) before it refills the slot. An
+# mbarrier.arrive would cost the consumer two warpgroup bar.syncs a release: Triton's barrier
+# pass counts the arrive as reading and writing all of shared memory, so it syncs the warpgroup
+# before the arrive and again before the next shared-memory access, the next key tile's
+# mbarrier wait. A consumer releases a tile only after reading it (or, for a skipped tile,
+# after it landed), so after the loader took the slot's previous release: arrivals for two
+# tiles of one slot cannot meet on its barrier. The loader waits from a slot's second tile on,
+# and takes the releases of the last tiles before it ends (_load), so the kernel leaves every
+# barrier with no arrival pending.
+# --------------------------------------------------------------------------------------------
+FIRST_FREE_BARRIER = gl.constexpr(5)  # above Triton's own 0-4, below the turns' 12-15
+
+
+@gluon.constexpr_function
+def _slot_barrier_asm(op, consumers):
+    return f"bar.{op} $1, {32 + 128 * consumers};\n\tmov.b32 $0, 0;"
+
+
 @gluon.jit
-def _release_k(bars, stage, STAGES: gl.constexpr):
+def _slot_barrier(stage, v: gl.constexpr, STAGES: gl.constexpr):
+    """The id of ring slot `stage`'s release barrier: of its V (with 3 stages its K and V), or
+    with `v` False of its K (with 3 stages the same one)."""
+    if v or STAGES != SPLIT_KV_STAGES:
+        return FIRST_FREE_BARRIER + stage
+    else:
+        return FIRST_FREE_BARRIER + STAGES + stage
+
+
+@gluon.jit
+def _free_slot(stage, v: gl.constexpr, STAGES: gl.constexpr, CONSUMERS: gl.constexpr):
+    """This consumer warpgroup is done with slot `stage`'s V (or K, as in _slot_barrier)."""
+    gl.inline_asm_elementwise(_slot_barrier_asm("arrive", CONSUMERS), "=r,r",
+                              [_barrier_ids(_slot_barrier(stage, v, STAGES))],
+                              dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
+def _await_slot(stage, v: gl.constexpr, STAGES: gl.constexpr, CONSUMERS: gl.constexpr):
+    """The loader's warp waits until every consumer freed slot `stage`'s V (or K). With 3 stages
+    K and V share a barrier, taken once: for `v` this does nothing."""
+    if not v or STAGES == SPLIT_KV_STAGES:
+        layout: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
+        gl.inline_asm_elementwise(_slot_barrier_asm("sync", CONSUMERS), "=r,r",
+                                  [gl.full([32], _slot_barrier(stage, v, STAGES), gl.int32,
+                                           layout)],
+                                  dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
+def _release_k(stage, STAGES: gl.constexpr, CONSUMERS: gl.constexpr):
     """This consumer's QKᵀ with ring slot `stage`'s K is done. With a 2-stage ring the loader
     refills that K once every consumer said so, while the slot's V is still read by PV: K(j + 2)
     then loads during iteration j + 1. Released with V after PV(j), which the second consumer
@@ -267,19 +319,19 @@ def _release_k(bars, stage, STAGES: gl.constexpr):
     consumer's QKᵀ(j + 2) (docs/gluon-family.md, "K released before V"). With 3 stages K goes
     with V."""
     if STAGES == SPLIT_KV_STAGES:
-        mbarrier.arrive(bars.k_free.index(stage))
+        _free_slot(stage, False, STAGES, CONSUMERS)
 
 
 @gluon.jit
-def _release_landed(bars, count, STAGES: gl.constexpr):
+def _release_landed(bars, count, STAGES: gl.constexpr, CONSUMERS: gl.constexpr):
     """Release the `count`-th K/V tile's slot without having read it (a skipped or idle tile),
     once its K and V have landed: the loader fills each only after every release of the slot's
     previous tile, so these arrivals cannot count for that one."""
     stage = count % STAGES
     mbarrier.wait(bars.k_ready.index(stage), (count // STAGES) & 1)
     _wait_v(bars, stage, count, STAGES)
-    _release_k(bars, stage, STAGES)
-    mbarrier.arrive(bars.v_free.index(stage))
+    _release_k(stage, STAGES, CONSUMERS)
+    _free_slot(stage, True, STAGES, CONSUMERS)
 
 
 # --------------------------------------------------------------------------------------------
@@ -450,7 +502,7 @@ def _attend(q, smem, bars, base, n_tiles, row0, Sk, sm_scale,
         s_tok = warpgroup_mma(q, k_t, s_zero, use_acc=False, is_async=True)
         _pass_turn(CONSUMER, CONSUMERS)
         s = warpgroup_mma_wait(0, deps=[s_tok])
-        _release_k(bars, base % STAGES, STAGES)
+        _release_k(base % STAGES, STAGES, CONSUMERS)
         p_f32, alpha, m_i, l_i, r_i = _softmax(s, m_i, l_i, r_i, 0, row0, Sk, qk_scale,
                                                s_layout, BLOCK_M, BLOCK_N, CAUSAL)
         p = gl.convert_layout(p_f32.to(dtype), p_layout)
@@ -471,12 +523,12 @@ def _attend(q, smem, bars, base, n_tiles, row0, Sk, sm_scale,
             # wgmma groups retire in order: one left in flight means QKᵀ(j) is done and PV(j-1)
             # may still run, behind this softmax.
             s = warpgroup_mma_wait(1, deps=[s_tok])
-            _release_k(bars, stage, STAGES)
+            _release_k(stage, STAGES, CONSUMERS)
             p_f32, alpha, m_i, l_i, r_i = _softmax(s, m_i, l_i, r_i, j, row0, Sk, qk_scale,
                                                    s_layout, BLOCK_M, BLOCK_N, CAUSAL)
             # p (tile j-1) is PV's register operand: it stays alive until PV is done.
             acc, p = warpgroup_mma_wait(0, deps=[acc, p])
-            mbarrier.arrive(bars.v_free.index(prev))
+            _free_slot(prev, True, STAGES, CONSUMERS)
             acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
             p = gl.convert_layout(p_f32.to(dtype), p_layout)
     else:
@@ -495,9 +547,9 @@ def _attend(q, smem, bars, base, n_tiles, row0, Sk, sm_scale,
                 v = smem.v.index(prev).reshape([BLOCK_N, HEAD_DIM])
                 acc = warpgroup_mma(p, v, acc, is_async=True)
                 acc = warpgroup_mma_wait(0, deps=[acc])
-                mbarrier.arrive(bars.v_free.index(prev))
+                _free_slot(prev, True, STAGES, CONSUMERS)
             s = warpgroup_mma_wait(0, deps=[s_tok])
-            _release_k(bars, stage, STAGES)
+            _release_k(stage, STAGES, CONSUMERS)
             # Hand the turn over: the next warpgroup's GEMMs now overlap this softmax.
             _pass_turn(CONSUMER, CONSUMERS)
 
@@ -519,7 +571,7 @@ def _attend(q, smem, bars, base, n_tiles, row0, Sk, sm_scale,
     if skip:
         _pass_turn(CONSUMER, CONSUMERS)
     acc = warpgroup_mma_wait(0, deps=[acc])
-    mbarrier.arrive(bars.v_free.index(last))
+    _free_slot(last, True, STAGES, CONSUMERS)
     for t in gl.static_range(1, MAX_SKIP):
         if t < n_tiles - n_own:  # the other skipped tiles' turns, empty
             _take_turn(CONSUMER, CONSUMERS)
@@ -533,9 +585,9 @@ def _attend(q, smem, bars, base, n_tiles, row0, Sk, sm_scale,
     for t in gl.static_range(MAX_SKIP):
         if t < n_tiles - n_own:
             if MAX_SKIP > STAGES:
-                _release_landed(bars, base + n_own + t, STAGES)
+                _release_landed(bars, base + n_own + t, STAGES, CONSUMERS)
             else:
-                _release_landed(bars, base + n_tiles - 1 - t, STAGES)
+                _release_landed(bars, base + n_tiles - 1 - t, STAGES, CONSUMERS)
     return acc, m_i, l_i
 
 
@@ -549,7 +601,7 @@ def _idle(bars, base, n_tiles, CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr,
     for j in range(n_tiles):
         _take_turn(CONSUMER, CONSUMERS)
         _pass_turn(CONSUMER, CONSUMERS)
-        _release_landed(bars, base + j, STAGES)
+        _release_landed(bars, base + j, STAGES, CONSUMERS)
 
 
 @gluon.jit
@@ -696,21 +748,13 @@ def attn_fwd_pingpong(q_desc, k_desc, v_desc, o_desc, lse_ptr, B, Hq, Hkv, Sq, S
     q_free = gl.allocate_shared_memory(gl.int64, [CONSUMERS, 1], mbarrier.MBarrierLayout())
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    v_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    if STAGES == SPLIT_KV_STAGES:
-        k_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    else:
-        k_free = v_free
-    bars = FwdBarriers(q_ready, q_free, k_ready, v_ready, k_free, v_free)
+    bars = FwdBarriers(q_ready, q_free, k_ready, v_ready)
     for i in gl.static_range(CONSUMERS):
         mbarrier.init(bars.q_ready.index(i), count=1)
         mbarrier.init(bars.q_free.index(i), count=1)
     for i in gl.static_range(STAGES):
         mbarrier.init(bars.k_ready.index(i), count=1)
         mbarrier.init(bars.v_ready.index(i), count=1)
-        mbarrier.init(bars.v_free.index(i), count=CONSUMERS)  # every consumer releases each tile
-        if STAGES == SPLIT_KV_STAGES:
-            mbarrier.init(bars.k_free.index(i), count=CONSUMERS)
 
     # Each consumer partition is _consume with its index as a constexpr. The argument tuples
     # are written in the call: a tuple stored in a variable would turn its constexprs into
