@@ -40,6 +40,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma, warpgroup_mma_wait)
 from triton.language.core import _aggregate as aggregate
 
+from . import named_barrier
 from .grid import grouped_block_and_head
 
 LN2 = gl.constexpr(0.6931471805599453)  # ln 2: lse is natural-log
@@ -259,43 +260,32 @@ def _wait_v(bars, stage, count, STAGES: gl.constexpr):
 
 
 # --------------------------------------------------------------------------------------------
-# slot releases: named hardware barriers, one per ring slot (two with a 2-stage ring: its K and
-# its V), ids FIRST_FREE_BARRIER and up. Every consumer thread arrives (bar.arrive, no wait)
-# once its wgmma that read the slot is done, and the loader's warp takes the barrier (bar.sync
-# over the consumers' 128 threads each and its 32) before it refills the slot. An
-# mbarrier.arrive would cost the consumer two warpgroup bar.syncs a release: Triton's barrier
-# pass counts the arrive as reading and writing all of shared memory, so it syncs the warpgroup
-# before the arrive and again before the next shared-memory access, the next key tile's
-# mbarrier wait. A consumer releases a tile only after reading it (or, for a skipped tile,
-# after it landed), so after the loader took the slot's previous release: arrivals for two
-# tiles of one slot cannot meet on its barrier. The loader waits from a slot's second tile on,
-# and takes the releases of the last tiles before it ends (_load), so the kernel leaves every
-# barrier with no arrival pending.
+# slot releases: named hardware barriers (named_barrier.py), one per ring slot (two with a
+# 2-stage ring: its K and its V), ids FIRST_SLOT_BARRIER and up. Every consumer thread arrives
+# (bar.arrive, no wait) once its wgmma that read the slot is done, and the loader's warp takes
+# the barrier (bar.sync over the consumers' 128 threads each and its 32) before it refills the
+# slot. An mbarrier.arrive cost each release two warpgroup bar.syncs (named_barrier.py says
+# why), one of them before the plain schedule passes its turn (run99: 1.006x by cycles). A
+# consumer releases a tile only after reading it (or, for a skipped tile, after it landed), so
+# after the loader took the slot's previous release: arrivals for two tiles of one slot cannot
+# meet on its barrier. The loader waits from a slot's second tile on, and takes the releases of
+# the last tiles before it ends (_load), so the kernel leaves every barrier with no arrival
+# pending.
 # --------------------------------------------------------------------------------------------
-FIRST_FREE_BARRIER = gl.constexpr(5)  # above Triton's own 0-4, below the turns' 12-15
-
-
-@gluon.constexpr_function
-def _slot_barrier_asm(op, consumers):
-    return f"bar.{op} $1, {32 + 128 * consumers};\n\tmov.b32 $0, 0;"
-
-
 @gluon.jit
 def _slot_barrier(stage, v: gl.constexpr, STAGES: gl.constexpr):
     """The id of ring slot `stage`'s release barrier: of its V (with 3 stages its K and V), or
     with `v` False of its K (with 3 stages the same one)."""
     if v or STAGES != SPLIT_KV_STAGES:
-        return FIRST_FREE_BARRIER + stage
+        return named_barrier.FIRST_SLOT_BARRIER + stage
     else:
-        return FIRST_FREE_BARRIER + STAGES + stage
+        return named_barrier.FIRST_SLOT_BARRIER + STAGES + stage
 
 
 @gluon.jit
 def _free_slot(stage, v: gl.constexpr, STAGES: gl.constexpr, CONSUMERS: gl.constexpr):
     """This consumer warpgroup is done with slot `stage`'s V (or K, as in _slot_barrier)."""
-    gl.inline_asm_elementwise(_slot_barrier_asm("arrive", CONSUMERS), "=r,r",
-                              [_barrier_ids(_slot_barrier(stage, v, STAGES))],
-                              dtype=gl.int32, is_pure=False, pack=1)
+    named_barrier.arrive(_slot_barrier(stage, v, STAGES), 32 + 128 * CONSUMERS, 4)
 
 
 @gluon.jit
@@ -303,11 +293,7 @@ def _await_slot(stage, v: gl.constexpr, STAGES: gl.constexpr, CONSUMERS: gl.cons
     """The loader's warp waits until every consumer freed slot `stage`'s V (or K). With 3 stages
     K and V share a barrier, taken once: for `v` this does nothing."""
     if not v or STAGES == SPLIT_KV_STAGES:
-        layout: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
-        gl.inline_asm_elementwise(_slot_barrier_asm("sync", CONSUMERS), "=r,r",
-                                  [gl.full([32], _slot_barrier(stage, v, STAGES), gl.int32,
-                                           layout)],
-                                  dtype=gl.int32, is_pure=False, pack=1)
+        named_barrier.sync(_slot_barrier(stage, v, STAGES), 32 + 128 * CONSUMERS, 1)
 
 
 @gluon.jit
@@ -401,39 +387,26 @@ def _softmax(s, m_i, l_i, r_i, j, row0, Sk, qk_scale,
 
 
 # --------------------------------------------------------------------------------------------
-# the turn: one named hardware barrier per consumer (PTX bar.sync / bar.arrive over 256
-# threads). A consumer takes its turn with bar.sync on its own barrier, which completes once
-# the previous consumer's 128 threads have arrived there, and passes it with bar.arrive on the
-# next one's, which does not wait: the passing warps go straight on to their softmax. (An
-# mbarrier.arrive would first bar.sync the passing warpgroup: Gluon lowers it to a warpgroup
-# barrier and one predicated arrive.) The ids are the top ones, 14-15, 13-15 or 12-15; Triton's
-# own partition barriers use ids 0-2 here (0-4 with four consumers), which
-# tests/cpu/test_gluon_family.py checks in every kernel's SASS.
+# the turn: one named hardware barrier per consumer, over two warpgroups (256 threads). A
+# consumer takes its turn with bar.sync on its own barrier, which completes once the previous
+# consumer's 128 threads have arrived there, and passes it with bar.arrive on the next one's,
+# which does not wait: the passing warps go straight on to their softmax. (An mbarrier.arrive
+# would first bar.sync the passing warpgroup: Gluon lowers it to a warpgroup barrier and one
+# predicated arrive.) The ids are the top ones, 14-15, 13-15 or 12-15; Triton's own partition
+# barriers use ids 0-2 here (0-4 with four consumers), which tests/cpu/test_gluon_family.py
+# checks in every kernel's SASS.
 # --------------------------------------------------------------------------------------------
 LAST_BARRIER = gl.constexpr(15)  # consumer c's turn is barrier 16 - CONSUMERS + c
 
 
 @gluon.jit
-def _barrier_ids(bar):
-    """`bar` once per thread of a 4-warp consumer: the inline asm below then runs once per
-    thread, so once per warp, as bar.sync/bar.arrive count it."""
-    layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
-    return gl.full([128], bar, gl.int32, layout)
-
-
-@gluon.jit
 def _take_turn(CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr):
-    gl.inline_asm_elementwise("bar.sync $1, 256;\n\tmov.b32 $0, 0;", "=r,r",
-                              [_barrier_ids(LAST_BARRIER + 1 - CONSUMERS + CONSUMER)],
-                              dtype=gl.int32, is_pure=False, pack=1)
+    named_barrier.sync(LAST_BARRIER + 1 - CONSUMERS + CONSUMER, 256, 4)
 
 
 @gluon.jit
 def _pass_turn(CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr):
-    gl.inline_asm_elementwise(
-        "bar.arrive $1, 256;\n\tmov.b32 $0, 0;", "=r,r",
-        [_barrier_ids(LAST_BARRIER + 1 - CONSUMERS + (CONSUMER + 1) % CONSUMERS)],
-        dtype=gl.int32, is_pure=False, pack=1)
+    named_barrier.arrive(LAST_BARRIER + 1 - CONSUMERS + (CONSUMER + 1) % CONSUMERS, 256, 4)
 
 
 @gluon.constexpr_function
