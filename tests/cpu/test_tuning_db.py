@@ -239,6 +239,65 @@ def test_decode_keys_are_timed_as_serving_runs_them():
         timing_shape(prefill._replace(streams=64 if prefill.streams == 128 else 128))
 
 
+def test_lowest_class_prefill_keys_are_timed_at_the_top_of_their_class_too():
+    """A prefill key in streams class 64 is timed at its own batch and at B·Hkv = 64 (within
+    the grid and memory caps); every other key at one shape, as before."""
+    from attnpack.tune.buckets import STREAM_BOUNDS, streams_class
+    from attnpack.tune.runner import (MAX_GRID_Y, TIMED_BYTES, natural_key, standard_keys,
+                                      timing_shape, timing_shapes)
+    two = 0
+    for key in standard_keys() + [natural_key("fwd", "bf16", 128, True, 8, 16, 8192)]:
+        shapes = timing_shapes(key)
+        assert shapes[0] == timing_shape(key), key
+        if len(shapes) == 1:
+            assert key.sq <= 16 or key.streams > STREAM_BOUNDS[0] or \
+                shapes[0][0] * shapes[0][2] == STREAM_BOUNDS[0], key
+            continue
+        two += 1
+        (b0, hq, hkv, sq, sk, d), (b1, *rest) = shapes
+        assert key.sq > 16 and key.streams == STREAM_BOUNDS[0], key
+        assert rest == [hq, hkv, sq, sk, d] and b0 < b1 and b1 * hkv <= STREAM_BOUNDS[0]
+        assert streams_class(b1, hkv) == key.streams and b1 * hq <= MAX_GRID_Y
+        assert 2 * d * b1 * (2 * hq * sq + 2 * hkv * sk) * (2 if key.op == "bwd" else 1) \
+            <= TIMED_BYTES, key
+    assert two > 0
+    # run98's key: B2 at its timing batch, B8 at the class's top (8 KV heads)
+    key = natural_key("fwd", "bf16", 64, False, 1, 8192, 8192)
+    assert [s[0] for s in timing_shapes(key)] == [2, 8]
+
+
+def test_a_two_shape_key_picks_by_the_geometric_mean_of_its_times_over_the_fastest():
+    """run98's numbers (TFLOP/s, so times are their inverses): the four-consumer N64 kernel
+    fastest at B2, the three-consumer N128 one 2 % behind there and fastest at B8, where the
+    four-consumer one is 8.5 % behind: the three-consumer kernel wins the class."""
+    from attnpack.tune.db import merge_dbs, TuningDb
+    from attnpack.tune.runner import class_scores, pick
+    c4, c3 = "c4_N64", "c3_N128"
+    at_b2 = {c4: 1 / 490, c3: 1 / 480}
+    at_b8 = {c4: 1 / 474, c3: 1 / 518}
+    best, scores = pick([at_b2, at_b8])
+    assert best == c3 and scores[c3] == pytest.approx((490 / 480) ** 0.5)
+    assert scores[c4] == pytest.approx((518 / 474) ** 0.5)
+    assert pick([at_b2]) == (c4, None)
+    assert class_scores([{"a": 1.0, "b": 2.0}, {"a": 2.0, "b": 1.0}]) == \
+        {"a": pytest.approx(2 ** 0.5), "b": pytest.approx(2 ** 0.5)}
+    best, _ = pick([{"a": 1.0, "b": 2.0}, {"a": 2.0, "b": 1.0}])
+    assert best == "a"  # a tie in score goes to the faster at the key's own timing shape
+    # a merge at 1 % ranks such an entry's candidates by their scores, not by their times at
+    # the first shape (where the held kernel, c4, is the faster)
+    key = {"op": "fwd", "dtype": "bf16", "head_dim": 64, "causal": False, "gqa": 1,
+           "sq": 8192, "sk": 8192, "streams": 64, "family": "gluon"}
+    old = TuningDb("sm_90", {"status": "tuned"})
+    old.put({**key, "kernel": c4})
+    new = TuningDb("sm_90", {"status": "tuned"})
+    new.put({**key, "kernel": c3, "time_us": 2083.3, "candidates": {c4: 2040.8, c3: 2083.3},
+             "scores": {c4: 1.0454, c3: 1.0104}})
+    merged, held = merge_dbs([old, new], min_gain=1.01)
+    assert held == [] and next(iter(merged.entries.values()))["kernel"] == c3
+    merged, held = merge_dbs([old, new], min_gain=1.05)
+    assert len(held) == 1 and next(iter(merged.entries.values()))["kernel"] == c4
+
+
 def test_a_keys_file_entry_without_a_class_tunes_decode_in_every_class():
     from attnpack.tune.runner import keys_from_fields, natural_key
     decode = {"op": "fwd", "dtype": "bf16", "head_dim": 128, "causal": False, "gqa": 8, "sq": 16,
@@ -392,3 +451,42 @@ def test_candidates_refused_for_one_reason_are_logged_once():
     assert lines == [f"  not candidates here ({why}): decode1_M16_N32, decode1_split512_M16_N32",
                      "  not candidates here (needs Sk % 64 == 0): other"]
     assert not_candidate_lines({}) == []
+
+
+def test_tune_key_times_a_lowest_class_key_at_both_shapes_and_keeps_both(monkeypatch):
+    """tune_key on a prefill key of streams class 64, with the GPU parts stubbed (inputs, the
+    correctness check, the backends, the timer) and run98's rates as the kernels' times: each
+    candidate is timed at B2 and B8, the entry keeps B2's shape and times as before, the B8 ones
+    under `class_top`, the `scores`, and the kernel that wins by them (not B2's fastest)."""
+    from types import SimpleNamespace
+    from attnpack.keys import TuneKey
+    from attnpack.tune import runner
+    rates = {("c4", 2): 490, ("c3", 2): 480, ("c4", 8): 474, ("c3", 8): 518}
+    key = TuneKey("fwd", "bf16", 64, False, 1, 8192, 8192, 64)
+    monkeypatch.setattr(runner, "_inputs", lambda torch, dtype, B, *rest: (B, None, None, None))
+    monkeypatch.setattr(runner, "_reference", lambda *a: None)
+    monkeypatch.setattr(runner, "native_samples",
+                        lambda torch, bench, key, q, *rest: {"cudnn": [1e6 / 500 * q / 2]})
+    monkeypatch.setattr(runner.Candidate, "error", lambda self, *a: 1e-3)
+    monkeypatch.setattr(runner.Candidate, "timed",
+                        lambda self, torch, q, *rest: lambda: (self.name, q))
+
+    class Bench:
+        def samples_us(self, fn):
+            name, B = fn()
+            return [1e6 / rates[name, B] * B / 2] * 5   # time grows with the batch
+
+    index = {"kernels": [{"name": n, "op": "fwd", "key": key.functional.as_dict(),
+                          "family": "gluon", "deterministic": True} for n in ("c3", "c4")]}
+    runtime = SimpleNamespace(AttnpackError=RuntimeError, Status=None)
+    torch = SimpleNamespace(bfloat16="bf16", float16="fp16")
+    lines = []
+    entry = runner.tune_key(torch, runtime, None, Bench(), index, key, lines.append)
+    assert entry["kernel"] == "c3" and entry["shape"]["B"] == 2
+    assert entry["candidates"] == {"c3": round(1e6 / 480, 2), "c4": round(1e6 / 490, 2)}
+    assert entry["class_top"]["shape"]["B"] == 8
+    assert entry["class_top"]["candidates"]["c3"] == round(4e6 / 518, 2)
+    assert entry["class_top"]["native"]["backend"] == "cudnn"
+    assert entry["scores"]["c3"] < entry["scores"]["c4"]
+    assert entry["time_us"] == entry["candidates"]["c3"]   # its time at the key's own shape
+    assert "chosen by score" in lines[-1]

@@ -11,9 +11,14 @@ streams class gets the class of its timing shape when loaded. Its value: the sel
 and `kernel` (which names the config), the measured `time_us` and `tflops`, the best native
 PyTorch backend for the same shape (`native: {backend, time_us}`), the exact shape it was timed
 at (`shape`), every surviving candidate's time (`candidates`), and the candidates that were
-`rejected` for being wrong, with their errors. `deterministic` says whether the winner's family declares it deterministic; when
-it does not, `deterministic_kernel` names the fastest deterministic candidate (what serves under
-torch.use_deterministic_algorithms(True)), if one survived.
+`rejected` for being wrong, with their errors. A prefill key of the lowest streams class is timed
+at the top of its class too (`class_top`: that `shape`, its `candidates` and `native`) and
+its winner is the lowest of `scores`, each candidate's geometric mean over both shapes of its
+time over the fastest there (attnpack.tune.runner.timing_shapes); where `scores` exist they
+rank the candidates below as times do elsewhere. `deterministic` says whether the winner's
+family declares it deterministic; when it does not, `deterministic_kernel` names the fastest
+deterministic candidate (what serves under torch.use_deterministic_algorithms(True)), if one
+survived.
 """
 from __future__ import annotations
 
@@ -89,11 +94,12 @@ class TuningDb:
 def record_determinism(entry: dict, is_deterministic: Callable[[str], bool]) -> dict:
     """The entry with its `deterministic` (its winner's declaration) and, for a winner that is
     not deterministic, `deterministic_kernel`: the fastest deterministic one among its timed
-    `candidates`, if any. `is_deterministic(kernel name)` is the family's declaration."""
+    `candidates` (by `scores` where the entry has them), if any. `is_deterministic(kernel name)`
+    is the family's declaration."""
     entry = {k: v for k, v in entry.items() if k != "deterministic_kernel"}
     entry["deterministic"] = bool(is_deterministic(entry["kernel"]))
     if not entry["deterministic"]:
-        times = {n: t for n, t in (entry.get("candidates") or {}).items() if is_deterministic(n)}
+        times = {n: t for n, t in _ranking(entry).items() if is_deterministic(n)}
         if times:
             entry["deterministic_kernel"] = min(sorted(times), key=times.get)
     return entry
@@ -128,11 +134,18 @@ def merge_dbs(dbs: list[TuningDb], min_gain: float = 1.0) -> tuple[TuningDb, lis
     return merged, held
 
 
+def _ranking(entry: dict) -> dict[str, float]:
+    """What ranks an entry's candidates, lower better: their `scores` over the two timing
+    shapes of a lowest-class prefill key, else their times at its one timing shape."""
+    return entry.get("scores") or entry.get("candidates") or {}
+
+
 def _within(kernel: str, entry: dict, min_gain: float) -> bool:
     """Whether `entry`'s winner beat `kernel`, timed in the same run, by less than min_gain."""
-    timed = (entry.get("candidates") or {}).get(kernel)
+    ranks = _ranking(entry)
+    timed, best = ranks.get(kernel), ranks.get(entry["kernel"])
     return (min_gain > 1.0 and kernel != entry["kernel"] and timed is not None
-            and entry.get("time_us") is not None and timed < entry["time_us"] * min_gain)
+            and best is not None and timed < best * min_gain)
 
 
 def nearest_entry(key: Key, entries: dict[Key, dict]) -> dict | None:

@@ -8,7 +8,10 @@ For each key (op, dtype, head dim, causal, GQA class, Sq bucket, Sk bucket, stre
    or an error more than REJECT_FACTOR times the best candidate's (with a floor), is rejected
    and recorded as such, never selected;
 3. the survivors are timed at steady state at a size big enough that launch overhead cannot
-   decide (warm-up, L2 flush before every run, CUDA events, median of REPS);
+   decide (warm-up, L2 flush before every run, CUDA events, median of REPS); a prefill key of
+   the lowest streams class at two sizes, its timing batch's and the class's top
+   (`timing_shapes`), the winner then being the fastest by the geometric mean of each
+   candidate's time over the fastest at either size (`class_scores`);
 4. the close contenders (within RUNOFF_MARGIN of the fastest, at most RUNOFF_MOST) are timed
    again in RUNOFF_ROUNDS rounds, in alternating order, and each keeps the median of all its
    runs (`runoff`);
@@ -155,6 +158,43 @@ def timing_shape(key: TuneKey) -> tuple[int, int, int, int, int, int]:
         raise ValueError(f"{key.text}: a prefill key is timed at B={B} x {hkv} KV heads, streams "
                          f"class {streams_class(B, hkv)}; only decode keys are tuned per class")
     return B, hq, hkv, key.sq, key.sk, key.head_dim
+
+
+def timing_shapes(key: TuneKey) -> list[tuple[int, int, int, int, int, int]]:
+    """The shapes a key is timed at: timing_shape's, and for a prefill key of the lowest streams
+    class (B·Hkv up to STREAM_BOUNDS[0], long sequences) also the class's top, B·Hkv =
+    STREAM_BOUNDS[0], where the caps allow a larger batch. That class spans 1-64 (batch, KV head)
+    pairs, and its keys are timed at a few: run98 timed every kernel of the bf16 head-dim-64 key
+    without a mask at S8192 at both ends, B2 and B8 x 8 KV heads (docs/device-runs/2026-12-03/
+    run98_c4_tests_timing): the four-consumer N64 kernel was the fastest at B2 by 2 % and
+    more than 8 % behind the fastest at B8, which the three-consumer N128 one led there."""
+    shape = timing_shape(key)
+    B, Hq, Hkv, Sq, Sk, D = shape
+    if key.sq <= SEQLEN_BOUNDS[0] or key.streams != STREAM_BOUNDS[0]:
+        return [shape]
+    top = STREAM_BOUNDS[0] // Hkv
+    tensors = (2 * Hq * Sq + 2 * Hkv * Sk) * D * 2 * (2 if key.op == "bwd" else 1)
+    top = min(top, MAX_GRID_Y // Hq, TIMED_BYTES // tensors)
+    return [shape] if top <= B else [shape, (top, Hq, Hkv, Sq, Sk, D)]
+
+
+def class_scores(times: list[dict[str, float]]) -> dict[str, float]:
+    """Each candidate timed at every shape: the geometric mean, over the shapes, of its time
+    over the fastest time there (1.0 for a kernel fastest at every shape; lower is better)."""
+    names = set(times[0]).intersection(*times[1:])
+    bests = [min(t[n] for n in names) for t in times]
+    return {n: math.exp(sum(math.log(t[n] / b) for t, b in zip(times, bests)) / len(times))
+            for n in sorted(names)}
+
+
+def pick(times: list[dict[str, float]]) -> tuple[str, dict[str, float] | None]:
+    """The winner of candidates timed at one shape or more (their medians, one dict a shape),
+    and their class_scores when there were several: the lowest score, ties to the faster at
+    the first shape; with one shape the fastest."""
+    if len(times) == 1:
+        return min(times[0], key=times[0].get), None
+    scores = class_scores(times)
+    return min(scores, key=lambda n: (scores[n], times[0][n])), scores
 
 
 def candidates(archive_index: dict, key: TuneKey) -> list[dict]:
@@ -423,39 +463,14 @@ def tune_key(torch, runtime, bundle, bench: Bench, index: dict, key: TuneKey, lo
                 for n, e in sorted(errors.items()) if not e <= bound]
     survivors = [n for n, e in sorted(errors.items()) if e <= bound]
     del q, k, v, do, ref
-    # 3: steady-state timing at a size where launch overhead cannot decide
-    B, Hq, Hkv, Sq, Sk, D = timing_shape(key)
-    q, k, v, do = _inputs(torch, dtype, B, Hq, Hkv, Sq, Sk, D, grad)
-    natives_first = native_samples(torch, bench, key, q, k, v, do)  # 5 begins: see there
-    def timed(n: str) -> list[float]:  # with buffers of its own that go when it is done
-        return bench.samples_us(Candidate(runtime, bundle, n, key, scale).timed(
-            torch, q, k, v, do))
-
-    samples = {}
-    for n in survivors:
-        try:
-            samples[n] = timed(n)
-        except runtime.AttnpackError as e:  # refuses the timing shape: recorded, not selected
-            rejected.append({"kernel": n, "error": f"at the timing shape: {e}", "bound": bound})
-            log(f"  {n}: {e}")
-    if not samples:
+    # 3-5 at each timing shape (one, or two in the lowest streams class)
+    runs = [_time_at(torch, runtime, bundle, bench, key, shape, survivors, dtype, scale, grad,
+                     rejected, bound, log) for shape in timing_shapes(key)]
+    if any(run is None for run in runs):
         log(f"skip {key.text}: no candidate runs the timing shape")
         return None
-
-    # 4: the close ones again
-    def again(n: str) -> list[float]:
-        try:
-            return timed(n)
-        except runtime.AttnpackError as e:  # it ran a moment ago: keep what it measured then
-            log(f"  {n} (run-off): {e}")
-            return []
-    contenders = runoff(samples, again)
-    times = pooled_medians(samples)
-    best = min(times, key=times.get)
-    # 5: PyTorch's own backends on the same shape, timed before the candidates and again after
-    # them, each keeping the median of both runs: within a run a kernel's time drifts by up to
-    # 13 % (docs/performance.md, run50), and a reference timed at one moment only is tied to it
-    natives = pooled_medians(natives_first, native_samples(torch, bench, key, q, k, v, do))
+    times, contenders, natives, (B, Hq, Hkv, Sq, Sk, D) = runs[0]
+    best, scores = pick([run[0] for run in runs])
     f = flops(key.op, B, Hq, Sq, Sk, D, key.causal)
     entry = {"op": key.op, "dtype": key.dtype, "head_dim": key.head_dim, "causal": key.causal,
              "gqa": key.gqa, "sq": key.sq, "sk": key.sk, "streams": key.streams,
@@ -467,18 +482,75 @@ def tune_key(torch, runtime, bundle, bench: Bench, index: dict, key: TuneKey, lo
              "rejected": rejected}
     if contenders:
         entry["runoff"] = {"rounds": RUNOFF_ROUNDS, "kernels": contenders}
+    if len(runs) > 1:
+        top_times, top_contenders, top_natives, top_shape = runs[1]
+        entry["class_top"] = {
+            "shape": dict(zip(("B", "Hq", "Hkv", "Sq", "Sk", "D"), top_shape)),
+            "candidates": {n: round(t, 2) for n, t in sorted(top_times.items())},
+            "native": _native_record(top_natives)}
+        if top_contenders:
+            entry["class_top"]["runoff"] = top_contenders
+        entry["scores"] = {n: round(v, 4) for n, v in scores.items()}
     deterministic = {k["name"]: k["deterministic"] for k in index["kernels"]}
     entry = record_determinism(entry, deterministic.__getitem__)
     if natives:
-        backend = min(natives, key=natives.get)
-        entry["native"] = {"backend": backend, "time_us": round(natives[backend], 2),
-                           "all_us": {n: round(t, 2) for n, t in sorted(natives.items())}}
+        entry["native"] = _native_record(natives)
     log(f"{key.text}: {best} {times[best]:.1f} us "
         f"({entry['tflops']} TFLOP/s)" + (f", native {entry['native']['backend']} "
                                           f"{entry['native']['time_us']:.1f} us" if natives else "")
         + (f", rejected {len(rejected)}" if rejected else "")
-        + (f", run-off of {len(contenders)}" if contenders else ""))
+        + (f", run-off of {len(contenders)}" if contenders else "")
+        + (f"; at B={runs[1][3][0]} too, {len(runs[1][0])} timed, chosen by score "
+           f"{entry['scores'][best]:.3f}" if len(runs) > 1 else ""))
     return entry
+
+
+def _native_record(natives: dict[str, float]) -> dict | None:
+    if not natives:
+        return None
+    backend = min(natives, key=natives.get)
+    return {"backend": backend, "time_us": round(natives[backend], 2),
+            "all_us": {n: round(t, 2) for n, t in sorted(natives.items())}}
+
+
+def _time_at(torch, runtime, bundle, bench: Bench, key: TuneKey, shape, survivors: list[str],
+             dtype, scale: float, grad: bool, rejected: list[dict], bound: float, log):
+    """Steps 3-5 of the module's list at one timing shape: each survivor's median time there
+    (after the run-off of the close ones), the run-off's contenders, PyTorch's backends' pooled
+    medians, and the shape; None if no survivor runs it. A candidate that refuses the shape is
+    added to `rejected`."""
+    B, Hq, Hkv, Sq, Sk, D = shape
+    q, k, v, do = _inputs(torch, dtype, B, Hq, Hkv, Sq, Sk, D, grad)
+    natives_first = native_samples(torch, bench, key, q, k, v, do)  # 5 begins: see there
+
+    def timed(n: str) -> list[float]:  # with buffers of its own that go when it is done
+        return bench.samples_us(Candidate(runtime, bundle, n, key, scale).timed(
+            torch, q, k, v, do))
+
+    samples = {}
+    for n in survivors:
+        try:
+            samples[n] = timed(n)
+        except runtime.AttnpackError as e:  # refuses the timing shape: recorded, not selected
+            rejected.append({"kernel": n, "error": f"at the timing shape {shape}: {e}",
+                             "bound": bound})
+            log(f"  {n}: {e}")
+    if not samples:
+        return None
+
+    # 4: the close ones again
+    def again(n: str) -> list[float]:
+        try:
+            return timed(n)
+        except runtime.AttnpackError as e:  # it ran a moment ago: keep what it measured then
+            log(f"  {n} (run-off): {e}")
+            return []
+    contenders = runoff(samples, again)
+    # 5: PyTorch's own backends on the same shape, timed before the candidates and again after
+    # them, each keeping the median of both runs: within a run a kernel's time drifts by up to
+    # 13 % (docs/performance.md, run50), and a reference timed at one moment only is tied to it
+    natives = pooled_medians(natives_first, native_samples(torch, bench, key, q, k, v, do))
+    return pooled_medians(samples), contenders, natives, shape
 
 
 def index_family(index: dict, name: str) -> str:
