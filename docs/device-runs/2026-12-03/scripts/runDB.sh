@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Twenty-second session, first call. runDA.sh (prepared in the twenty-first session) plus one
-# measurement:
+# Twenty-second session, first call. The twenty-first session's runDA.sh (prepared, not run;
+# folded in here) plus one measurement:
 #   1. tests/gpu/test_gluon_attn.py: the four-consumer cases run97 did not reach (the B3 H32/8
 #      grid at head dim 64, the persistent-unit cases, the growing-maxima test);
 #   2. the last 11 keys of keys_fwd_bf16_d64.json (the tuner skips run97's 79), merged at 1 %;
