@@ -274,6 +274,33 @@ def test_turns_use_hardware_barriers_triton_leaves_alone(gluon_archive, many_con
         assert not re.search(r"\b(LDL|STL)\b", sass), f"{name} spills"
 
 
+def test_key_tile_loops_keep_one_warpgroup_barrier(gluon_archive):
+    """Each consumer's key-tile loop (an innermost loop closed by a conditional branch, with
+    wgmmas and a turn taken in it) holds one warpgroup BAR.SYNC, which Triton's barrier pass
+    puts before the tile's k_ready wait, and releases its ring slot on named barriers, BAR.ARV
+    with the id in a register: twice a trip with a 2-stage ring (K, then V), once with 3. With
+    mbarrier.arrive the pass bracketed each release with warpgroup barriers: three a trip with
+    2 stages, two with 3 (docs/gluon-family.md, item 20)."""
+    if not cuobjdump().is_file():
+        pytest.skip(f"no cuobjdump in the triton package ({cuobjdump()})")
+    from attnpack.builder import sass
+    ar = read_archive(gluon_archive)
+    for rec in ar.kernels:
+        code = sass.instructions(ar.image(rec["steps"][0]["image"]))
+        loops = [code[first:last + 1] for first, last in sass.innermost(sass.loops(code))
+                 if code[last].startswith("@")]
+        loops = [body for body in loops
+                 if any(sass.opcode(line).startswith("HGMMA") for line in body)
+                 and any(re.search(r"BAR\.SYNC\S* 0x[c-f], 0x100", line) for line in body)]
+        consumers = rec["config"].get("consumers", 2)
+        releases = 2 if rec["config"]["stages"] == 2 else 1
+        assert len(loops) == consumers, (rec["name"], len(loops))
+        for body in loops:
+            warpgroup = [line for line in body if re.search(r"BAR\.SYNC\S* 0x[0-4], 0x80", line)]
+            arrives = [line for line in body if re.search(r"BAR\.ARV R\d+", line)]
+            assert (len(warpgroup), len(arrives)) == (1, releases), rec["name"]
+
+
 def test_three_consumer_kernels_launch_512_threads_over_192_row_tiles(many_consumer_cubins):
     """Three consumer warpgroups and the loader's, 16 warps; a work tile is 3 x 64 query rows."""
     for name in THREE_CONSUMERS:

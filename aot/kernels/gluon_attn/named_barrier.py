@@ -8,9 +8,10 @@ brackets with warpgroup bar.syncs (it counts the arrive as reading and writing a
 memory), every thread arrives here and nothing is added around it: a caller must know its
 shared-memory accesses are done, as after a wgmma wait for what the wgmma read.
 
-Ids used by the kernels of this family: Triton's own 0 to the partition count (0-4 with five
-partitions), 5 and up for ring-slot releases (fwd.py, bwd.py), 12-15 for the forward's turns;
-tests/cpu/test_gluon_family.py and test_gluon_bwd_build.py read them back from the SASS.
+Ids used by the forward (fwd.py): Triton's own 0 to the partition count (0-4 with five
+partitions), 5 and up for its ring-slot releases, 12-15 for its turns;
+tests/cpu/test_gluon_family.py reads them back from every kernel's SASS. (The backward's slot
+releases measured no faster this way, run100, and keep their mbarriers: docs/gluon-bwd.md.)
 """
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
