@@ -240,8 +240,8 @@ def _assert_turns(name, sass, consumers):
     """The turn barriers are the top `consumers` ids, each taken (bar.sync) and passed
     (bar.arrive) over two warpgroups. A forward kernel releases its ring slots on barriers
     counted over every consumer's 128 threads and the loader's 32 (the consumers arrive, the
-    loader syncs), whose ids, 5 and up by slot (named_barrier.FIRST_SLOT_BARRIER), are in registers.
-    Triton's own barriers keep below both."""
+    loader syncs), whose ids, 5 and up by slot (named_barrier.FIRST_SLOT_BARRIER), are in
+    registers. Triton's own barriers keep below both."""
     bars = set(re.findall(r"BAR\.(SYNC|ARV)\S* (0x[0-9a-f]+|R\d+)(?:, (0x[0-9a-f]+))?", sass))
     turns = {(op, int(i, 16)) for op, i, n in bars if n == "0x100"}
     ids = range(16 - consumers, 16)
