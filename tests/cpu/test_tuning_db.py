@@ -296,6 +296,14 @@ def test_a_two_shape_key_picks_by_the_geometric_mean_of_its_times_over_the_faste
     assert held == [] and next(iter(merged.entries.values()))["kernel"] == c3
     merged, held = merge_dbs([old, new], min_gain=1.05)
     assert len(held) == 1 and next(iter(merged.entries.values()))["kernel"] == c4
+    # `db show` says such an entry was timed at two shapes, and what chose it
+    from attnpack.tune.db import render_show
+    new.put({**key, "kernel": c3, "time_us": 2083.3, "candidates": {c4: 2040.8, c3: 2083.3},
+             "scores": {c4: 1.0454, c3: 1.0104},
+             "class_top": {"shape": {"B": 8}, "candidates": {c4: 8438.8, c3: 7722.0},
+                           "native": {"backend": "cudnn", "time_us": 9132.4}}})
+    assert "also timed at B=8: 7722.0 us, native cudnn 9132; chosen by score 1.010 over both " \
+        "shapes" in render_show(new)
 
 
 def test_a_keys_file_entry_without_a_class_tunes_decode_in_every_class():

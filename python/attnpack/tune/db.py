@@ -267,10 +267,23 @@ def render_show(db: TuningDb) -> str:
             alt = e["deterministic_kernel"]
             alt_us = (e.get("candidates") or {}).get(alt)
             out.append(f"{'':>87}deterministic: {alt}" + (f" ({alt_us:.1f} us)" if alt_us else ""))
+        if e.get("class_top") and e.get("scores"):
+            out.append(f"{'':>87}" + _class_top_line(e))
     nondet = sum(1 for e in db.entries.values() if e.get("deterministic") is False)
     out.append(f"{nondet} of {len(db.entries)} winners are not deterministic (det NO); under "
                "torch.use_deterministic_algorithms(True) their deterministic kernel serves")
     return "\n".join(out) + "\n"
+
+
+def _class_top_line(entry: dict) -> str:
+    """`db show`'s line under an entry timed at two shapes (attnpack.tune.runner.timing_shapes):
+    its winner's time at the second one, PyTorch's there, and the score that chose it."""
+    top = entry["class_top"]
+    us = (top.get("candidates") or {}).get(entry["kernel"])
+    native = top.get("native") or {}
+    return (f"also timed at B={top['shape']['B']}" + (f": {us:.1f} us" if us else "")
+            + (f", native {native['backend']} {native['time_us']:.0f}" if native else "")
+            + f"; chosen by score {entry['scores'][entry['kernel']]:.3f} over both shapes")
 
 
 def render_summary(db: TuningDb) -> str:
