@@ -6,8 +6,5 @@
 # mask and fp16, about 1100 cases. The log says how far it got if the time runs out.
 cd "$(dirname "$0")/.."
 export ATTNPACK_COMMIT=${ATTNPACK_COMMIT:-unknown} OUT PYTHONUNBUFFERED=1
-mkdir -p $OUT/logs
-FILES=tests/gpu/test_gluon_attn.py OUT=$OUT/logs timeout 570 bash build_tools/run_gpu_tests.sh \
-  -k "match_math_sdpa and not True-bf16 and not (1-8-8 and False-fp16)" > $OUT/tests_attn.txt 2>&1
-echo "test_gluon_attn rc $? at $SECONDS s: $(tail -n 1 $OUT/logs/test_gluon_attn.log)"
-grep -h "FAILED\|Error" $OUT/logs/test_gluon_attn.log | head -n 20
+bash build_tools/gpu_test_file.sh tests/gpu/test_gluon_attn.py 570 \
+  -k "match_math_sdpa and not True-bf16 and not (1-8-8 and False-fp16)"
