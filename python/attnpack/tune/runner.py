@@ -122,11 +122,17 @@ def causal_pairs(Sq: int, Sk: int) -> int:
     return Sk * (Sk + 1) // 2 + (Sq - Sk) * Sk
 
 
+def _most_batches(op: str, hq: int, hkv: int, sq: int, sk: int, head_dim: int) -> int:
+    """The largest timing batch the caps allow: B·Hq within a grid's y dimension, and q, k, v,
+    o (with their gradients for bwd) within TIMED_BYTES; at least 1."""
+    bytes_per_batch = 2 * head_dim * (2 * hq * sq + 2 * hkv * sk) * (2 if op == "bwd" else 1)
+    return max(1, min(MAX_GRID_Y // hq, TIMED_BYTES // bytes_per_batch))
+
+
 def _prefill_batch(op: str, head_dim: int, causal: bool, gqa: int, sq: int, sk: int) -> int:
     hkv, hq = TIMING_HEADS_KV, TIMING_HEADS_KV * gqa
     per_batch = flops("fwd", 1, hq, sq, sk, head_dim, causal)
-    bytes_per_batch = 2 * head_dim * (2 * hq * sq + 2 * hkv * sk) * (2 if op == "bwd" else 1)
-    most = max(1, min(MAX_GRID_Y // hq, TIMED_BYTES // bytes_per_batch))
+    most = _most_batches(op, hq, hkv, sq, sk, head_dim)
     batch = min(most, math.ceil(TIMED_FLOP / per_batch))
     if op == "bwd":
         if streams_class(batch, hkv) == STREAM_BOUNDS[0]:
@@ -172,9 +178,7 @@ def timing_shapes(key: TuneKey) -> list[tuple[int, int, int, int, int, int]]:
     B, Hq, Hkv, Sq, Sk, D = shape
     if key.sq <= SEQLEN_BOUNDS[0] or key.streams != STREAM_BOUNDS[0]:
         return [shape]
-    top = STREAM_BOUNDS[0] // Hkv
-    tensors = (2 * Hq * Sq + 2 * Hkv * Sk) * D * 2 * (2 if key.op == "bwd" else 1)
-    top = min(top, MAX_GRID_Y // Hq, TIMED_BYTES // tensors)
+    top = min(STREAM_BOUNDS[0] // Hkv, _most_batches(key.op, Hq, Hkv, Sq, Sk, D))
     return [shape] if top <= B else [shape, (top, Hq, Hkv, Sq, Sk, D)]
 
 
