@@ -92,9 +92,10 @@ def test_measure_shape_takes_turns_and_pools_rounds(recorded):
     assert [e for e in recorded if e[0] == "reset"] == [("reset", "attnpack")] * 2
     for op in ("fwd", "fwdbwd"):
         got = out[op]["backends"]
-        assert got["attnpack"] == {"ms": 1.5, "min_ms": 1.0, "max_ms": 2.0, "reps": 30}
+        assert got["attnpack"] == {"ms": 1.5, "min_ms": 1.0, "max_ms": 2.0, "reps": 30,
+                                   "round_ms": [1.0, 2.0]}
         assert got["default"] == {"ms": 2.5, "min_ms": 2.0, "max_ms": 3.0, "reps": 30,
-                                  "backend": "cudnn"}
+                                  "round_ms": [2.0, 3.0], "backend": "cudnn"}
         assert got["flash"]["ms"] == statistics.median([3.0] * 15 + [4.0] * 15)
         assert got["efficient"] == {"error": "efficient refuses"}
         assert out[op]["served"] == f"served {op}"
@@ -106,6 +107,31 @@ def test_one_round_when_reps_are_fewer_than_rounds(recorded):
     out = measure.measure_shape(SHAPE, ("fwd",), ("attnpack", "default"), timer, 2)
     assert [e[1] for e in recorded if e[0] == "enter"] == ["attnpack", "default"]
     assert out["fwd"]["backends"]["attnpack"]["reps"] == 1
+    assert "round_ms" not in out["fwd"]["backends"]["attnpack"]  # one round: nothing to split
+
+
+def test_report_shows_the_rounds_apart():
+    """The report's rounds table: the ratio from each round alone and each backend's drift,
+    from the rows that kept `round_ms`; none of it for a run without them."""
+    from attnpack.bench import report
+
+    def row(set_name, op, ours, cudnn):
+        return {"set": set_name, "op": op,
+                "backends": {"attnpack": {"ms": sum(ours) / 2, "round_ms": ours},
+                             "default": {"ms": sum(cudnn) / 2, "round_ms": cudnn}}}
+    results = {"rows": [row("shapes", "fwd", [1.0, 1.1], [1.0, 1.0]),
+                        row("shapes", "fwd", [2.0, 2.2], [2.2, 2.2]),
+                        row("model_shapes", "fwd", [1.0, 1.0], [1.0, 0.9]),
+                        {"set": "shapes", "op": "fwdbwd",
+                         "backends": {"attnpack": {"ms": 1.0}, "default": {"ms": 1.0}}}]}
+    lines = report.rounds_table(results).splitlines()
+    assert lines[0] == ("| set | op | rows | x default, round 1 alone | x default, round 2 alone "
+                        "| attnpack last round / first | default last round / first |")
+    # round 1: geomean(1.0, 1.1) = 1.05x; round 2: geomean(1/1.1, 1.1/1.1) = 0.95x
+    assert lines[2] == "| shapes | fwd | 2 | 1.05x | 0.95x | 1.100 | 1.000 |"
+    assert lines[3] == "| model_shapes | fwd | 1 | 1.00x | 0.90x | 1.000 | 0.900 |"
+    assert len(lines) == 4  # the fwdbwd row kept no rounds
+    assert report.rounds_table({"rows": results["rows"][3:]}) == ""
 
 
 def test_report_says_how_the_rounds_ran():

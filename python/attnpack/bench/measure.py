@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import statistics
 import warnings
 from typing import Callable
 
@@ -148,9 +149,15 @@ def sample_op(op: str, shape: Shape, tensors, timer: Timer, reps: int) -> list[f
         return {"error": f"failed while timing: {first_line[:300]}"}
 
 
-def timing(name: str, samples: list[float], shape: Shape, tensors) -> dict:
-    """A backend's timing from its samples; the default's names the backend PyTorch picked."""
+def timing(name: str, samples: list[float], shape: Shape, tensors,
+           rounds: list[list[float]] | None = None) -> dict:
+    """A backend's timing from its samples; the default's names the backend PyTorch picked.
+    Given the samples split by round (more than one), `round_ms` keeps each round's median:
+    a backend whose calls drift with its place in the order (the clock it inherits from the
+    backend before it) shows there, where the pooled median hides it."""
     result = summarize(samples).as_dict()
+    if rounds and len(rounds) > 1:
+        result["round_ms"] = [statistics.median(r) for r in rounds]
     if name == "default":
         result["backend"] = default_choice(shape, *tensors[:3])
     return result
@@ -166,7 +173,7 @@ def measure_shape(shape: Shape, ops, backends, timer: Timer, rounds: int = 2) ->
     entry = attnpack_torch.sdpa_entry(shape.dtype, shape.heads_q, shape.heads_kv, shape.seqlen_q,
                                       shape.seqlen_k, shape.head_dim, shape.causal)
     out = {op: {"backends": {}, "served": None} for op in ops}
-    samples = {op: {name: [] for name in backends} for op in ops}
+    samples = {op: {name: [] for name in backends} for op in ops}  # a list per round
     rounds = min(rounds, timer.reps)
     reps = round_reps(timer.reps, rounds)
     for r, name in round_order(backends, rounds):
@@ -180,14 +187,16 @@ def measure_shape(shape: Shape, ops, backends, timer: Timer, rounds: int = 2) ->
                 if isinstance(got, dict):
                     out[op]["backends"][name] = got
                     continue
-                samples[op][name] += got
+                samples[op][name].append(got)
                 if name == "attnpack" and r == 0:
                     torch.cuda.synchronize()
                     out[op]["served"] = served_summary(attnpack_torch.stats(), op, entry)
     for op in ops:
         for name in backends:
             if "error" not in out[op]["backends"].get(name, {}):
-                out[op]["backends"][name] = timing(name, samples[op][name], shape, tensors)
+                per_round = samples[op][name]
+                out[op]["backends"][name] = timing(name, [s for r in per_round for s in r],
+                                                   shape, tensors, per_round)
     del tensors
     torch.cuda.empty_cache()
     return out

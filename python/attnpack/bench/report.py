@@ -255,6 +255,34 @@ def rows_table(rows: list[dict]) -> str:
                    "x default", "x best native", "served by"], body)
 
 
+def rounds_table(results: dict) -> str:
+    """Per set and op, where the rows kept each round's median (`round_ms`): attnpack over the
+    default computed from each round alone, and each backend's last round over its first. The
+    backends take their turns in alternating order, so attnpack is first in one round and last
+    in the other while the default sits between: a ratio that differs by round says the order
+    (the clock a backend inherits from the one before it) moved it. "" when no row has them."""
+    groups: dict[tuple, list[dict]] = {}
+    for row in results.get("rows", []):
+        b = row.get("backends", {})
+        if all(len((b.get(n) or {}).get("round_ms") or []) > 1 for n in ("attnpack", "default")):
+            groups.setdefault((row["set"], row["op"]), []).append(b)
+    if not groups:
+        return ""
+    body = []
+    for (set_name, op), rows in groups.items():
+        rounds = min(len(b["attnpack"]["round_ms"]) for b in rows)
+        per_round = [geomean(b["default"]["round_ms"][r] / b["attnpack"]["round_ms"][r]
+                             for b in rows) for r in range(rounds)]
+        drift = [geomean(b[n]["round_ms"][rounds - 1] / b[n]["round_ms"][0] for b in rows
+                         if len((b.get(n) or {}).get("round_ms") or []) >= rounds)
+                 for n in ("attnpack", "default")]
+        body.append([set_name, op, str(len(rows))] + [fmt_ratio(x) for x in per_round]
+                    + [f"{x:.3f}" for x in drift])
+    rounds = len(body[0]) - 5
+    return _table(["set", "op", "rows"] + [f"x default, round {r + 1} alone" for r in range(rounds)]
+                  + ["attnpack last round / first", "default last round / first"], body)
+
+
 def refusal_table(rows: list[dict]) -> str:
     """Each backend's distinct reasons for refusing shapes, with how many rows each."""
     counts: dict[tuple[str, str], int] = {}
@@ -398,6 +426,13 @@ def render_markdown(results: dict, plots: dict[str, str] | None = None,
     for s in analysis["summary"]:
         rows = [d for d in analysis["rows"] if (d["set"], d["op"]) == (s["set"], s["op"])]
         out += [f"## {s['set']}: {s['op']} (worst first)", "", rows_table(worst_first(rows)), ""]
+    by_round = rounds_table(results)
+    if by_round:
+        out += ["## The rounds apart", "", "Each row's calls per backend, split by round (the "
+                "medians of each round's calls; geomean over the rows). In the odd rounds "
+                "attnpack is timed first and the default second; in the even ones the default "
+                "is second to last and attnpack last.", "",
+                by_round, ""]
     refusals = refusal_table(analysis["rows"])
     if refusals:
         out += ["## Shapes a backend refused", "", refusals, ""]
