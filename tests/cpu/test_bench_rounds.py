@@ -127,7 +127,7 @@ def test_report_shows_the_rounds_apart():
     lines = report.rounds_table(results).splitlines()
     assert lines[0] == ("| set | op | rows | x default, round 1 alone | x default, round 2 alone "
                         "| attnpack last round / first | default last round / first |")
-    # round 1: geomean(1.0, 1.1) = 1.05x; round 2: geomean(1/1.1, 1.1/1.1) = 0.95x
+    # round 1: geomean(1.0/1.0, 2.2/2.0) = 1.05x; round 2: geomean(1.0/1.1, 2.2/2.2) = 0.95x
     assert lines[2] == "| shapes | fwd | 2 | 1.05x | 0.95x | 1.100 | 1.000 |"
     assert lines[3] == "| model_shapes | fwd | 1 | 1.00x | 0.90x | 1.000 | 0.900 |"
     assert len(lines) == 4  # the fwdbwd row kept no rounds

@@ -256,8 +256,8 @@ def rows_table(rows: list[dict]) -> str:
 
 
 def rounds_table(results: dict) -> str:
-    """Per set and op, where the rows kept each round's median (`round_ms`): attnpack over the
-    default computed from each round alone, and each backend's last round over its first. The
+    """Per set and op, where the rows kept each round's median (`round_ms`): x default (its
+    time over attnpack's) from each round alone, and each backend's last round over its first. The
     backends take their turns in alternating order, so attnpack is first in one round and last
     in the other while the default sits between: a ratio that differs by round says the order
     (the clock a backend inherits from the one before it) moved it. "" when no row has them."""
@@ -268,17 +268,16 @@ def rounds_table(results: dict) -> str:
             groups.setdefault((row["set"], row["op"]), []).append(b)
     if not groups:
         return ""
+    rounds = min(len(b[n]["round_ms"]) for rows in groups.values() for b in rows
+                 for n in ("attnpack", "default"))
     body = []
     for (set_name, op), rows in groups.items():
-        rounds = min(len(b["attnpack"]["round_ms"]) for b in rows)
         per_round = [geomean(b["default"]["round_ms"][r] / b["attnpack"]["round_ms"][r]
                              for b in rows) for r in range(rounds)]
-        drift = [geomean(b[n]["round_ms"][rounds - 1] / b[n]["round_ms"][0] for b in rows
-                         if len((b.get(n) or {}).get("round_ms") or []) >= rounds)
+        drift = [geomean(b[n]["round_ms"][rounds - 1] / b[n]["round_ms"][0] for b in rows)
                  for n in ("attnpack", "default")]
         body.append([set_name, op, str(len(rows))] + [fmt_ratio(x) for x in per_round]
                     + [f"{x:.3f}" for x in drift])
-    rounds = len(body[0]) - 5
     return _table(["set", "op", "rows"] + [f"x default, round {r + 1} alone" for r in range(rounds)]
                   + ["attnpack last round / first", "default last round / first"], body)
 
