@@ -4,7 +4,9 @@ over all its rounds. measure_shape runs with its GPU-facing pieces replaced by r
 from __future__ import annotations
 
 import contextlib
+import json
 import statistics
+from pathlib import Path
 
 import pytest
 
@@ -132,12 +134,21 @@ def test_report_shows_the_rounds_apart():
     assert lines[3] == "| model_shapes | fwd | 1 | 1.00x | 0.90x | 1.000 | 0.900 |"
     assert len(lines) == 4  # the fwdbwd row kept no rounds
     assert report.rounds_table({"rows": results["rows"][3:]}) == ""
+    # the terminal report carries it too, after the rows
+    from attnpack.bench.report import render_text
+    fixture = json.loads((Path(__file__).parent / "fixtures" / "bench" / "results.json")
+                         .read_text())
+    assert "the rounds apart" not in render_text(fixture)
+    row = next(r for r in fixture["rows"] if "attnpack" in r["backends"]
+               and "default" in r["backends"] and "error" not in r["backends"]["default"])
+    row["backends"]["attnpack"]["round_ms"] = [1.0, 1.1]
+    row["backends"]["default"]["round_ms"] = [1.0, 1.0]
+    text = render_text(fixture)
+    assert text.index("## the rounds apart") > text.index("(worst first)")
+    assert f"| {row['set']} | {row['op']} | 1 | 1.00x | 0.91x | 1.100 | 1.000 |" in text
 
 
 def test_report_says_how_the_rounds_ran():
-    import json
-    from pathlib import Path
-
     from attnpack.bench import report
     results = json.loads((Path(__file__).parent / "fixtures" / "bench" / "results.json")
                          .read_text())

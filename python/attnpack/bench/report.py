@@ -365,6 +365,9 @@ def render_text(results: dict) -> str:
     for s in analysis["summary"]:
         rows = [d for d in analysis["rows"] if (d["set"], d["op"]) == (s["set"], s["op"])]
         parts += ["", f"## {s['set']} {s['op']} (worst first)", rows_table(worst_first(rows))]
+    by_round = rounds_table(results)
+    if by_round:
+        parts += ["", "## the rounds apart", by_round]
     if analysis["dynamic"]:
         parts += ["", "## dynamic lengths", dynamic_tables(analysis["dynamic"])]
     return "\n".join(parts) + "\n"
