@@ -133,7 +133,7 @@ def time_op(name: str, op: str, shape: Shape, tensors, timer: Timer) -> dict:
     """{"ms", "min_ms", "max_ms", "reps"} of `op` under the backend context `name` the caller
     entered, or {"error": PyTorch's reason} when that backend refuses the shape."""
     got = sample_op(op, shape, tensors, timer, timer.reps)
-    return got if isinstance(got, dict) else timing(name, got, shape, tensors)
+    return got if isinstance(got, dict) else timing(name, [got], shape, tensors)
 
 
 def sample_op(op: str, shape: Shape, tensors, timer: Timer, reps: int) -> list[float] | dict:
@@ -149,14 +149,13 @@ def sample_op(op: str, shape: Shape, tensors, timer: Timer, reps: int) -> list[f
         return {"error": f"failed while timing: {first_line[:300]}"}
 
 
-def timing(name: str, samples: list[float], shape: Shape, tensors,
-           rounds: list[list[float]] | None = None) -> dict:
-    """A backend's timing from its samples; the default's names the backend PyTorch picked.
-    Given the samples split by round (more than one), `round_ms` keeps each round's median:
-    a backend whose calls drift with its place in the order (the clock it inherits from the
+def timing(name: str, rounds: list[list[float]], shape: Shape, tensors) -> dict:
+    """A backend's timing from its samples, one list per round, pooled; the default's names the
+    backend PyTorch picked. With more than one round, `round_ms` keeps each round's median: a
+    backend whose calls drift with its place in the order (the clock it inherits from the
     backend before it) shows there, where the pooled median hides it."""
-    result = summarize(samples).as_dict()
-    if rounds and len(rounds) > 1:
+    result = summarize([s for r in rounds for s in r]).as_dict()
+    if len(rounds) > 1:
         result["round_ms"] = [statistics.median(r) for r in rounds]
     if name == "default":
         result["backend"] = default_choice(shape, *tensors[:3])
@@ -194,9 +193,7 @@ def measure_shape(shape: Shape, ops, backends, timer: Timer, rounds: int = 2) ->
     for op in ops:
         for name in backends:
             if "error" not in out[op]["backends"].get(name, {}):
-                per_round = samples[op][name]
-                out[op]["backends"][name] = timing(name, [s for r in per_round for s in r],
-                                                   shape, tensors, per_round)
+                out[op]["backends"][name] = timing(name, samples[op][name], shape, tensors)
     del tensors
     torch.cuda.empty_cache()
     return out

@@ -257,8 +257,8 @@ def rows_table(rows: list[dict]) -> str:
 
 def rounds_table(results: dict) -> str:
     """Per set and op, where the rows kept each round's median (`round_ms`): x default (its
-    time over attnpack's) from each round alone, and each backend's last round over its first. The
-    backends take their turns in alternating order, so attnpack is first in one round and last
+    time over attnpack's) from each round alone, and each backend's last round over its first.
+    The backends take their turns in alternating order, so attnpack is first in one round and last
     in the other while the default sits between: a ratio that differs by round says the order
     (the clock a backend inherits from the one before it) moved it. "" when no row has them."""
     groups: dict[tuple, list[dict]] = {}
