@@ -445,9 +445,10 @@ def locate(as_json):
 @click.option("--only", default=None, help="Only rows whose name contains this text.")
 @click.option("--reps", type=int, default=30, show_default=True, help="Timed calls per backend (median).")
 @click.option("--warmup", type=int, default=5, show_default=True, help="Untimed calls first.")
-@click.option("--rounds", type=int, default=None,
-              help="Rounds in which a row's backends take turns, in alternating order, each "
-                   "timing its share of --reps [default: 2].")
+@click.option("--turn-calls", type=int, default=None,
+              help="Timed calls a backend makes in one turn before the next backend's; the "
+                   "backends take turns in alternating order until each made --reps "
+                   "[default: 1, call by call].")
 @click.option("--dynamic/--no-dynamic", default=True, show_default=True,
               help="The dynamic-lengths report (request stream, new lengths, cold start).")
 @click.option("--requests", type=int, default=200, show_default=True, help="Requests in the stream.")
@@ -464,7 +465,7 @@ def locate(as_json):
 @click.option("--compare", nargs=2, type=click.Path(exists=True, dir_okay=False, path_type=Path),
               default=None, help="OLD.json NEW.json: rows whose serving kernel changed, old and new speed.")
 @click.option("--json", "as_json", is_flag=True, help="Print results (or the comparison) as JSON.")
-def bench(shape_files, ops, dtypes, backends, out_dir, max_rows, only, reps, warmup, rounds,
+def bench(shape_files, ops, dtypes, backends, out_dir, max_rows, only, reps, warmup, turn_calls,
           dynamic, requests, new_lengths, cold, seed, no_plots, markdown, results_file, compare,
           as_json):
     """Is the bundle faster on this GPU, by how much, and which kernel served each shape.
@@ -493,7 +494,7 @@ def bench(shape_files, ops, dtypes, backends, out_dir, max_rows, only, reps, war
             try:
                 results = command.measure(shape_files, ops, dtypes, backends, max_rows, only, reps,
                                           warmup, dynamic, requests, new_lengths, cold, seed,
-                                          progress=_progress, rounds=rounds)
+                                          progress=_progress, turn_calls=turn_calls)
             except BenchError as e:
                 raise click.ClickException(str(e))
             written = report.write_outputs(results, out_dir or Path("bench-out"),

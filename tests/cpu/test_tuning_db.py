@@ -444,7 +444,7 @@ def test_tuner_queues_its_timed_reps_and_waits_once(monkeypatch):
     monkeypatch.setattr(timing, "torch", fake)
     bench = runner.Bench(fake)
     times = bench.samples_us(lambda: log.append("call"))
-    lead = ("sleep", runner.HOST_LEAD_CYCLES)
+    lead = ("sleep", timing.HOST_LEAD_CYCLES)
     assert log == (["call"] * runner.WARMUP
                    + ["flush", lead, "record", "call", "record"] * runner.REPS + ["sync"])
     assert times == [2.0] * runner.REPS          # two log entries between start and end: 2 us

@@ -41,11 +41,11 @@ def report_only(results_path: Path, out_dir: Path | None, plots: bool,
 
 def measure(shape_files, ops: str, dtypes: str | None, backends: str, max_rows: int | None,
             only: str | None, reps: int, warmup: int, dynamic: bool, requests: int,
-            new_lengths: int, cold: bool, seed: int, progress, rounds: int | None = None) -> dict:
-    """Run the bench on this GPU; the results dict (see attnpack.bench.run). `rounds`: None
-    for run.ROUNDS."""
-    from attnpack.bench.run import ROUNDS, run_bench
-    rounds = ROUNDS if rounds is None else rounds
+            new_lengths: int, cold: bool, seed: int, progress,
+            turn_calls: int | None = None) -> dict:
+    """Run the bench on this GPU; the results dict (see attnpack.bench.run). `turn_calls`: None
+    for measure.TURN_CALLS."""
+    from attnpack.bench.run import run_bench
     shape_files = [Path(p) for p in (shape_files or DEFAULT_SHAPE_FILES)]
     op_list = split_list(ops, OPS, "--ops")
     dtype_list = split_list(dtypes, DTYPES, "--dtype")
@@ -54,11 +54,11 @@ def measure(shape_files, ops: str, dtypes: str | None, backends: str, max_rows: 
         raise UsageError("--backends must include attnpack: every ratio is against it")
     if reps < 1 or warmup < 0 or (max_rows is not None and max_rows < 0):
         raise UsageError("--reps must be >= 1, --warmup and --max-rows >= 0")
-    if not 1 <= rounds <= reps:
-        raise UsageError(f"--rounds {rounds}: give 1 to {reps} (--reps); each round times a share "
-                         "of the calls")
+    if turn_calls is not None and not 1 <= turn_calls <= reps:
+        raise UsageError(f"--turn-calls {turn_calls}: give 1 to {reps} (--reps), the timed calls "
+                         "a backend makes before the next one's turn")
     planned = plan_rows(shape_files, dtype_list, max_rows, only)
     dyn = {"requests": requests, "seed": seed, "lengths_new": new_lengths, "cold": cold} \
         if dynamic else None
     return run_bench(planned, op_list, backend_list, reps, warmup, shape_files, dyn,
-                     progress=progress, rounds=rounds)
+                     progress=progress, turn_calls=turn_calls)

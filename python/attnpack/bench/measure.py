@@ -1,6 +1,6 @@
 """Measuring one shape through plain F.scaled_dot_product_attention, side by side, in one process.
 
-Backends, timed on the same tensors, taking turns in rounds of alternating order
+Backends, timed on the same tensors, taking turns call by call in alternating order
 (measure_shape):
 - "attnpack": attnpack.torch.enable(), F.sdpa as a user calls it; the kernels that served the
   calls (or the fallback reasons) come from attnpack.torch.stats(), reset before each op;
@@ -24,10 +24,16 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 import attnpack.torch as attnpack_torch
 from attnpack.bench.served import served_summary
 from attnpack.bench.shapes import Shape
-from attnpack.bench.timing import Timer, summarize
+from attnpack.bench.timing import HOST_LEAD_CYCLES, Timer, elapsed_ms, summarize
 
 BACKENDS = ("attnpack", "default", "flash", "efficient")
 NATIVE = ("default", "flash", "efficient")
+# Timed calls a backend makes in one turn. One: the backends take turns call by call. Run105
+# timed two rounds of 15 calls a backend instead (attnpack first in one, last in the other):
+# on the long rows attnpack's calls in the round it ran last, right after cuDNN's forward +
+# backward, were up to 12 % slower than in the other, while cuDNN's moved little; the clock a
+# call gets follows what the GPU ran before it (docs/performance.md, "Clocks and cycles").
+TURN_CALLS = 1
 FORCED = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
           "cudnn": SDPBackend.CUDNN_ATTENTION}
 TORCH_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -97,21 +103,24 @@ def default_choice(shape: Shape, q, k, v) -> str:
         return "unknown"
 
 
-def round_order(backends, rounds: int) -> list[tuple[int, str]]:
-    """(round, backend) in the order they are timed: the backends in their order, then in
-    reverse, and so on, so that no backend is always timed first or last on a shape, where a
-    drift of the GPU's clocks within the shape would favour one side (ABBA)."""
-    order = []
-    for r in range(rounds):
-        order += [(r, name) for name in (backends if r % 2 == 0 else tuple(reversed(backends)))]
+def failed(error: Exception) -> dict:
+    """A timing that failed, with the first line of its error."""
+    first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    return {"error": f"failed while timing: {first_line[:300]}"}
+
+
+def turn_order(backends, reps: int, turn_calls: int) -> list[tuple[str, int]]:
+    """(backend, timed calls) of each turn, in the order they run: every backend takes a turn of
+    `turn_calls` calls (fewer in the last turns, so that each makes `reps`), the backends in
+    their order, then in reverse, and so on (ABBA), so none is always first or last."""
+    if reps < 1 or turn_calls < 1:
+        raise ValueError(f"reps {reps} and turn_calls {turn_calls} must be >= 1")
+    order, done, forward = [], 0, True
+    while done < reps:
+        n = min(turn_calls, reps - done)
+        order += [(name, n) for name in (backends if forward else tuple(reversed(backends)))]
+        done, forward = done + n, not forward
     return order
-
-
-def round_reps(reps: int, rounds: int) -> list[int]:
-    """The timed calls of each round: `reps` in all, split as evenly as they go."""
-    if rounds < 1 or reps < rounds:
-        raise ValueError(f"reps {reps} must be >= rounds {rounds} >= 1")
-    return [reps // rounds + (r < reps % rounds) for r in range(rounds)]
 
 
 def first_call(op: str, shape: Shape, tensors) -> tuple[Callable[[], object] | None, dict]:
@@ -129,71 +138,61 @@ def first_call(op: str, shape: Shape, tensors) -> tuple[Callable[[], object] | N
     return fn, {}
 
 
-def time_op(name: str, op: str, shape: Shape, tensors, timer: Timer) -> dict:
-    """{"ms", "min_ms", "max_ms", "reps"} of `op` under the backend context `name` the caller
-    entered, or {"error": PyTorch's reason} when that backend refuses the shape."""
-    got = sample_op(op, shape, tensors, timer, timer.reps)
-    return got if isinstance(got, dict) else timing(name, [got], shape, tensors)
-
-
-def sample_op(op: str, shape: Shape, tensors, timer: Timer, reps: int) -> list[float] | dict:
-    """The GPU times of `reps` calls of `op` under the backend context the caller entered, or
-    {"error": why} when the backend refuses the shape or the timing fails."""
-    fn, error = first_call(op, shape, tensors)
-    if fn is None:
-        return error
-    try:
-        return timer.samples(fn, reps)
-    except RuntimeError as e:  # out of memory, a launch failure: the row says so, the run goes on
-        first_line = (str(e).strip().splitlines() or [type(e).__name__])[0]
-        return {"error": f"failed while timing: {first_line[:300]}"}
-
-
-def timing(name: str, rounds: list[list[float]], shape: Shape, tensors) -> dict:
-    """A backend's timing from its samples, one list per round, pooled; the default's names the
-    backend PyTorch picked. With more than one round, `round_ms` keeps each round's median: a
-    backend whose calls drift with its place in the order (the clock it inherits from the
-    backend before it) shows there, where the pooled median hides it."""
-    result = summarize([s for r in rounds for s in r]).as_dict()
-    if len(rounds) > 1:
-        result["round_ms"] = [statistics.median(r) for r in rounds]
+def timing(name: str, samples: list[float], shape: Shape, tensors) -> dict:
+    """A backend's timing from its calls' times, in the order they ran; the default's names the
+    backend PyTorch picked. `half_ms` keeps the medians of the first and the second half of the
+    calls: a backend whose calls drift within the row shows there, where the median hides it."""
+    result = summarize(samples).as_dict()
+    if len(samples) > 1:
+        half = len(samples) // 2
+        result["half_ms"] = [statistics.median(samples[:half]), statistics.median(samples[half:])]
     if name == "default":
         result["backend"] = default_choice(shape, *tensors[:3])
     return result
 
 
-def measure_shape(shape: Shape, ops, backends, timer: Timer, rounds: int = 2) -> dict[str, dict]:
+def measure_shape(shape: Shape, ops, backends, timer: Timer,
+                  turn_calls: int = TURN_CALLS) -> dict[str, dict]:
     """{op: {"backends": {name: timing or error}, "served": served_summary}} for one shape.
-    The backends take turns in `rounds` rounds, in alternating order (round_order), each
-    timing round_reps of the timer's reps calls of every op; a backend's timing is the
-    median over all its rounds. attnpack's stats are reset before each op of its first round,
-    so each op names its own kernels. A backend that refuses an op is not asked again."""
+
+    One op after the other. Each backend makes its first call (a refusal is recorded and that
+    backend is not asked again) and its warm-up calls, then the backends take turns of
+    `turn_calls` timed calls each (turn_order) until each made the timer's reps. Nothing waits
+    between turns: the GPU runs the calls back to back in turn order, so every backend's calls
+    meet the same clocks. Each timed call has a lead spin (HOST_LEAD_CYCLES) after its flush,
+    so a host still switching backends has queued the call before its start event fires.
+    attnpack's stats are reset before its first call of each op and read after the op."""
     tensors = make_inputs(shape)
     entry = attnpack_torch.sdpa_entry(shape.dtype, shape.heads_q, shape.heads_kv, shape.seqlen_q,
                                       shape.seqlen_k, shape.head_dim, shape.causal)
     out = {op: {"backends": {}, "served": None} for op in ops}
-    samples = {op: {name: [] for name in backends} for op in ops}  # a list per round
-    rounds = min(rounds, timer.reps)
-    reps = round_reps(timer.reps, rounds)
-    for r, name in round_order(backends, rounds):
-        with backend(name):
-            for op in ops:
-                if "error" in out[op]["backends"].get(name, {}):
-                    continue
-                if name == "attnpack" and r == 0:
-                    attnpack_torch.reset_stats()
-                got = sample_op(op, shape, tensors, timer, reps[r])
-                if isinstance(got, dict):
-                    out[op]["backends"][name] = got
-                    continue
-                samples[op][name].append(got)
-                if name == "attnpack" and r == 0:
-                    torch.cuda.synchronize()
-                    out[op]["served"] = served_summary(attnpack_torch.stats(), op, entry)
     for op in ops:
+        calls = {}
         for name in backends:
-            if "error" not in out[op]["backends"].get(name, {}):
-                out[op]["backends"][name] = timing(name, samples[op][name], shape, tensors)
+            with backend(name):
+                if name == "attnpack":
+                    attnpack_torch.reset_stats()
+                fn, error = first_call(op, shape, tensors)
+                if fn is None:
+                    out[op]["backends"][name] = error
+                    continue
+                timer.warm(fn)
+                calls[name] = fn
+        events = {name: [] for name in calls}
+        for name, n in turn_order(tuple(calls), timer.reps, turn_calls):
+            if name in events:
+                with backend(name):
+                    try:
+                        events[name] += [timer.queue(calls[name], HOST_LEAD_CYCLES)
+                                         for _ in range(n)]
+                    except RuntimeError as e:  # out of memory, say: the row says so, and goes on
+                        out[op]["backends"][name] = failed(e)
+                        del events[name]
+        torch.cuda.synchronize()
+        for name in events:
+            out[op]["backends"][name] = timing(name, elapsed_ms(events[name]), shape, tensors)
+        if "attnpack" in calls:
+            out[op]["served"] = served_summary(attnpack_torch.stats(), op, entry)
     del tensors
     torch.cuda.empty_cache()
     return out

@@ -255,31 +255,53 @@ def rows_table(rows: list[dict]) -> str:
                    "x default", "x best native", "served by"], body)
 
 
-def rounds_table(results: dict) -> str:
-    """Per set and op, where the rows kept each round's median (`round_ms`): x default (its
-    time over attnpack's) from each round alone, and each backend's last round over its first.
-    The backends take their turns in alternating order, so attnpack is first in one round and last
-    in the other while the default sits between: a ratio that differs by round says the order
-    (the clock a backend inherits from the one before it) moved it. "" when no row has them."""
+def _halves(timing: dict | None) -> list[float] | None:
+    """The medians of a backend's first and second half of calls: `half_ms`, or in runs from
+    before call-by-call turns (run105) the two rounds' `round_ms`."""
+    timing = timing or {}
+    halves = timing.get("half_ms") or timing.get("round_ms")
+    return halves if halves and len(halves) == 2 else None
+
+
+def halves_table(results: dict) -> str:
+    """Per set and op, over the rows that kept them (_halves): x default (its time over
+    attnpack's) from each half of the calls alone, and each backend's second half over its
+    first. A ratio that differs by half says the clocks moved the two sides apart within a row;
+    with two rounds of turns (run105) each half is a round, attnpack first in one and last in
+    the other. "" when no row has them."""
     groups: dict[tuple, list[dict]] = {}
     for row in results.get("rows", []):
         b = row.get("backends", {})
-        if all(len((b.get(n) or {}).get("round_ms") or []) > 1 for n in ("attnpack", "default")):
-            groups.setdefault((row["set"], row["op"]), []).append(b)
-    if not groups:
-        return ""
-    rounds = min(len(b[n]["round_ms"]) for rows in groups.values() for b in rows
-                 for n in ("attnpack", "default"))
+        if all(_halves(b.get(n)) for n in ("attnpack", "default")):
+            groups.setdefault((row["set"], row["op"]), []).append(
+                {n: _halves(b[n]) for n in ("attnpack", "default")})
     body = []
     for (set_name, op), rows in groups.items():
-        per_round = [geomean(b["default"]["round_ms"][r] / b["attnpack"]["round_ms"][r]
-                             for b in rows) for r in range(rounds)]
-        drift = [geomean(b[n]["round_ms"][rounds - 1] / b[n]["round_ms"][0] for b in rows)
-                 for n in ("attnpack", "default")]
-        body.append([set_name, op, str(len(rows))] + [fmt_ratio(x) for x in per_round]
+        per_half = [geomean(h["default"][i] / h["attnpack"][i] for h in rows) for i in (0, 1)]
+        drift = [geomean(h[n][1] / h[n][0] for h in rows) for n in ("attnpack", "default")]
+        body.append([set_name, op, str(len(rows))] + [fmt_ratio(x) for x in per_half]
                     + [f"{x:.3f}" for x in drift])
-    return _table(["set", "op", "rows"] + [f"x default, round {r + 1} alone" for r in range(rounds)]
-                  + ["attnpack last round / first", "default last round / first"], body)
+    return _table(["set", "op", "rows", "x default, first half alone",
+                   "x default, second half alone", "attnpack second half / first",
+                   "default second half / first"], body) if body else ""
+
+
+def _turns_text(settings: dict) -> str:
+    """How the backends took turns, for "How it is measured"."""
+    if settings.get("turn_calls"):
+        n = settings["turn_calls"]
+        order = ", ".join(settings.get("backends") or ("attnpack", "default", "flash", "efficient"))
+        return (" The backends take turns call by call" if n == 1 else
+                f" The backends take turns of {n} calls") + (
+            f" in alternating order ({order}, then back), so the "
+            "clocks the GPU runs at reach every backend alike; each backend's warm-up calls come "
+            "before the turns, and each timed call waits behind a GPU spin of about 0.1 ms "
+            "after its flush, so the host's switch between backends stays out of the timing.")
+    if (settings.get("rounds") or 1) > 1:
+        return (f" The backends take turns in {settings['rounds']} rounds, in alternating order "
+                f"(attnpack first, then last{', and so on' if settings['rounds'] > 2 else ''}), "
+                "each with its warm-up calls and its share of the timed ones.")
+    return ""
 
 
 def refusal_table(rows: list[dict]) -> str:
@@ -365,9 +387,9 @@ def render_text(results: dict) -> str:
     for s in analysis["summary"]:
         rows = [d for d in analysis["rows"] if (d["set"], d["op"]) == (s["set"], s["op"])]
         parts += ["", f"## {s['set']} {s['op']} (worst first)", rows_table(worst_first(rows))]
-    by_round = rounds_table(results)
-    if by_round:
-        parts += ["", "## the rounds apart", by_round]
+    by_half = halves_table(results)
+    if by_half:
+        parts += ["", "## the halves apart", by_half]
     if analysis["dynamic"]:
         parts += ["", "## dynamic lengths", dynamic_tables(analysis["dynamic"])]
     return "\n".join(parts) + "\n"
@@ -400,10 +422,7 @@ def render_markdown(results: dict, plots: dict[str, str] | None = None,
            f"- Steady state: {settings.get('warmup', '?')} warm-up calls, then the median of "
            f"{settings.get('reps', '?')} calls, each timed with CUDA events after writing "
            f"{(settings.get('flush_bytes') or 0) >> 20} MiB to flush the L2 cache."
-           + (f" The backends take turns in {settings['rounds']} rounds, in alternating order "
-              f"(attnpack first, then last{', and so on' if settings['rounds'] > 2 else ''}), "
-              "each with its warm-up calls and its share of the timed ones."
-              if (settings.get("rounds") or 1) > 1 else "")
+           + _turns_text(settings)
            + (" The first row is run once, untimed, before the rows." if settings.get("settle")
               else ""),
            "- TFLOP/s: forward 4·B·Hq·D per visible (query, key) pair, so 4·B·Hq·Sq·Sk·D without "
@@ -428,13 +447,12 @@ def render_markdown(results: dict, plots: dict[str, str] | None = None,
     for s in analysis["summary"]:
         rows = [d for d in analysis["rows"] if (d["set"], d["op"]) == (s["set"], s["op"])]
         out += [f"## {s['set']}: {s['op']} (worst first)", "", rows_table(worst_first(rows)), ""]
-    by_round = rounds_table(results)
-    if by_round:
-        out += ["## The rounds apart", "", "Each row's calls per backend, split by round (the "
-                "medians of each round's calls; geomean over the rows). In the odd rounds "
-                "attnpack is timed first and the default second; in the even ones the default "
-                "is second to last and attnpack last.", "",
-                by_round, ""]
+    by_half = halves_table(results)
+    if by_half:
+        out += ["## The halves apart", "", "Each row's calls per backend, split into the first "
+                "and the second half as they ran (the medians of each; geomean over the rows). "
+                "A ratio that differs between the halves says the clocks moved it within the "
+                "rows.", "", by_half, ""]
     refusals = refusal_table(analysis["rows"])
     if refusals:
         out += ["## Shapes a backend refused", "", refusals, ""]

@@ -20,6 +20,11 @@ MATMUL_N = 8192                 # the dense bf16 matmul the attention rates are 
 # The clock probe: torch.cuda._sleep(n) spins n SM cycles on the stream, so n over its event
 # time is the SM clock while it ran (about 50-65 us on an H200; events resolve ~0.5 us).
 PROBE_CYCLES = 100_000
+# The spin before a timed call's start event (Timer.queue's lead_cycles), about 100-120 us of GPU
+# time at the H200's clocks: the host queues the call meanwhile, so its launch time stays out of
+# the timing wherever the host is not ahead of the GPU (attnpack tune's ctypes calls; the bench
+# switching backends between calls).
+HOST_LEAD_CYCLES = 200_000
 
 
 @dataclass
@@ -59,19 +64,28 @@ class Timer:
         `lead_cycles`, the GPU spins that many cycles after each flush, before the start event,
         so a host slower to launch `fn` than the flush takes to run has queued the call by the
         time the event fires (attnpack tune's candidates go through the ctypes binding)."""
+        self.warm(fn)
+        events = [self.queue(fn, lead_cycles) for _ in range(reps)]
+        torch.cuda.synchronize()
+        return elapsed_ms(events)
+
+    def warm(self, fn: Callable[[], object]) -> None:
+        """The `warmup` untimed calls."""
         for _ in range(self.warmup):
             fn()
-        events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                  for _ in range(reps)]
-        for start, end in events:
-            self.flush.zero_()
-            if lead_cycles:
-                torch.cuda._sleep(lead_cycles)
-            start.record()
-            fn()
-            end.record()
-        torch.cuda.synchronize()
-        return [start.elapsed_time(end) for start, end in events]
+
+    def queue(self, fn: Callable[[], object], lead_cycles: int = 0) -> tuple:
+        """Queues one timed call: the L2 flush, the spin of `lead_cycles` (see samples), then
+        `fn` between two events; (start, end), to be read with elapsed_ms once the GPU is past
+        them. Nothing waits: the host runs ahead while the GPU works."""
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        self.flush.zero_()
+        if lead_cycles:
+            torch.cuda._sleep(lead_cycles)
+        start.record()
+        fn()
+        end.record()
+        return start, end
 
     def median_ms(self, fn: Callable[[], object]) -> float:
         return self.time(fn).median_ms
@@ -80,14 +94,18 @@ class Timer:
         """As `samples`, with a clock probe right before and right after each timed call:
         (ms, GHz) per call, the clock the mean of the two probes. time x clock is the call's
         cycles, which do not move with the clock the GPU happens to run at."""
-        for _ in range(self.warmup):
-            fn()
+        self.warm(fn)
         marks = []
         for _ in range(reps):
             self.flush.zero_()
             marks.append(_probed(fn))
         torch.cuda.synchronize()
         return [_probed_sample(m, 1) for m in marks]
+
+
+def elapsed_ms(events) -> list[float]:
+    """The ms between each (start, end) pair of recorded events (after a synchronize)."""
+    return [start.elapsed_time(end) for start, end in events]
 
 
 def probe_ghz(start, end) -> float:

@@ -41,7 +41,6 @@ TIMED_FLOP = 2e11        # forward FLOPs per timed call; ~0.3 ms on an H200 in b
 CHECK_HEADS_KV = 2        # the correctness check runs at B=1, Hkv=2
 REPS, WARMUP = 20, 5
 SETTLE_SECONDS = 1.0
-HOST_LEAD_CYCLES = 200_000   # about 100-120 us of GPU time at the H200's clocks
 MAX_GRID_Y = 65535
 TIMED_BYTES = 8 << 30
 TIMING_HEADS_KV = 8
@@ -222,9 +221,10 @@ class Bench:
         start event could fire before the host had launched the call, and the host's launch
         time was timed too: in the run that waited (run53), decode kernels of 15-50 us timed up
         to 2x apart between the bf16 and the fp16 key of one shape, which move the same bytes.
-        The spin (HOST_LEAD_CYCLES) lets the host, whose call goes through the ctypes binding
+        The spin (timing.HOST_LEAD_CYCLES) lets the host, whose call goes through the ctypes binding
         (a Problem, a workspace query, tens of us of Python), queue the call before its start
         event fires."""
+        from attnpack.bench.timing import HOST_LEAD_CYCLES
         return [ms * 1000.0 for ms in self.timer.samples(fn, REPS, lead_cycles=HOST_LEAD_CYCLES)]
 
     def settle(self, seconds: float = SETTLE_SECONDS) -> None:
