@@ -449,6 +449,10 @@ def locate(as_json):
               help="Timed calls a backend makes in one turn before the next backend's; the "
                    "backends take turns in alternating order until each made --reps "
                    "[default: 1, call by call].")
+@click.option("--lead-cycles", type=int, default=None,
+              help="Cycles the GPU spins after each flush, before a timed call's start "
+                   "event, so the host has queued the call by then; 0 for none "
+                   "[default: 200000, about 0.1 ms].")
 @click.option("--dynamic/--no-dynamic", default=True, show_default=True,
               help="The dynamic-lengths report (request stream, new lengths, cold start).")
 @click.option("--requests", type=int, default=200, show_default=True, help="Requests in the stream.")
@@ -466,8 +470,8 @@ def locate(as_json):
               default=None, help="OLD.json NEW.json: rows whose serving kernel changed, old and new speed.")
 @click.option("--json", "as_json", is_flag=True, help="Print results (or the comparison) as JSON.")
 def bench(shape_files, ops, dtypes, backends, out_dir, max_rows, only, reps, warmup, turn_calls,
-          dynamic, requests, new_lengths, cold, seed, no_plots, markdown, results_file, compare,
-          as_json):
+          lead_cycles, dynamic, requests, new_lengths, cold, seed, no_plots, markdown,
+          results_file, compare, as_json):
     """Is the bundle faster on this GPU, by how much, and which kernel served each shape.
 
     Times plain F.sdpa with attnpack enabled against PyTorch's default, flash and efficient,
@@ -494,7 +498,8 @@ def bench(shape_files, ops, dtypes, backends, out_dir, max_rows, only, reps, war
             try:
                 results = command.measure(shape_files, ops, dtypes, backends, max_rows, only, reps,
                                           warmup, dynamic, requests, new_lengths, cold, seed,
-                                          progress=_progress, turn_calls=turn_calls)
+                                          progress=_progress, turn_calls=turn_calls,
+                                          lead_cycles=lead_cycles)
             except BenchError as e:
                 raise click.ClickException(str(e))
             written = report.write_outputs(results, out_dir or Path("bench-out"),

@@ -120,6 +120,9 @@ def test_turns_of_several_calls_and_one_call_only(recorded):
     assert [e[1] for e in log if e[0] == "time"] == ["attnpack"] * 2 + ["default"] * 4 \
         + ["attnpack"] * 2
     log.clear()
+    measure.measure_shape(SHAPE, ("fwd",), ("attnpack",), FakeTimer(log, state), lead_cycles=0)
+    assert [e[3] for e in log if e[0] == "time"] == [0] * FakeTimer.reps
+    log.clear()
     timer = FakeTimer(log, state)
     timer.reps = 1
     out = measure.measure_shape(SHAPE, ("fwd",), ("attnpack", "default"), timer)
@@ -187,13 +190,15 @@ def test_report_says_how_the_backends_took_turns():
     results = json.loads(FIXTURE.read_text())
     plain = report.render_markdown(results)
     assert "take turns" not in plain and "untimed" not in plain  # a run from before them
-    results["settings"].update(turn_calls=1, settle=True)
+    results["settings"].update(turn_calls=1, lead_cycles=200000, settle=True)
     md = report.render_markdown(results)
     assert "The backends take turns call by call in alternating order (" in md
+    assert "behind a GPU spin of 200,000 cycles" in md
     assert "The first row is run once, untimed, before the rows." in md
-    results["settings"].update(turn_calls=15)
-    assert "The backends take turns of 15 calls in alternating order" in \
-        report.render_markdown(results)
+    results["settings"].update(turn_calls=15, lead_cycles=0)
+    md = report.render_markdown(results)
+    assert "The backends take turns of 15 calls in alternating order" in md
+    assert "spin" not in md
     del results["settings"]["turn_calls"]
     results["settings"]["rounds"] = 2  # run105 and before
     assert ("The backends take turns in 2 rounds, in alternating order (attnpack first, then "
@@ -201,21 +206,25 @@ def test_report_says_how_the_backends_took_turns():
 
 
 def test_turn_calls_option_reaches_the_bench_and_is_checked(monkeypatch, tmp_path):
-    """`attnpack bench --turn-calls N` (None: measure.TURN_CALLS, decided in run_bench); a
-    count outside 1..--reps is refused before anything runs, naming the option."""
+    """`attnpack bench --turn-calls N --lead-cycles C` (None: measure.TURN_CALLS and
+    timing.HOST_LEAD_CYCLES, decided in run_bench); a count outside 1..--reps or a negative spin
+    is refused before anything runs, naming the option."""
     from click.testing import CliRunner
 
     from attnpack.bench import command, run
     from attnpack.cli import main
     seen = []
     monkeypatch.setattr(run, "run_bench",
-                        lambda *a, **kw: seen.append(kw["turn_calls"]) or {"rows": []})
-    for turn_calls in (None, 4):
+                        lambda *a, **kw: seen.append((kw["turn_calls"], kw["lead_cycles"]))
+                        or {"rows": []})
+    for turn_calls, lead in ((None, None), (4, 0)):
         command.measure(None, "fwd", "bf16", "attnpack,default", 1, None, 30, 5, False, 10, 2,
-                        False, 0, progress=None, turn_calls=turn_calls)
-    assert seen == [None, 4]
+                        False, 0, progress=None, turn_calls=turn_calls, lead_cycles=lead)
+    assert seen == [(None, None), (4, 0)]
     for bad in ("0", "31"):
         done = CliRunner().invoke(main, ["bench", "--turn-calls", bad, "--reps", "30",
                                          "--out", str(tmp_path)])
         assert done.exit_code != 0 and f"--turn-calls {bad}: give 1 to 30 (--reps)" in done.output
-    assert seen == [None, 4]
+    done = CliRunner().invoke(main, ["bench", "--lead-cycles", "-1", "--out", str(tmp_path)])
+    assert done.exit_code != 0 and "--lead-cycles -1: give 0 (no spin) or more" in done.output
+    assert seen == [(None, None), (4, 0)]

@@ -42,9 +42,9 @@ def report_only(results_path: Path, out_dir: Path | None, plots: bool,
 def measure(shape_files, ops: str, dtypes: str | None, backends: str, max_rows: int | None,
             only: str | None, reps: int, warmup: int, dynamic: bool, requests: int,
             new_lengths: int, cold: bool, seed: int, progress,
-            turn_calls: int | None = None) -> dict:
-    """Run the bench on this GPU; the results dict (see attnpack.bench.run). `turn_calls`: None
-    for measure.TURN_CALLS."""
+            turn_calls: int | None = None, lead_cycles: int | None = None) -> dict:
+    """Run the bench on this GPU; the results dict (see attnpack.bench.run). `turn_calls` and
+    `lead_cycles`: None for measure.TURN_CALLS and timing.HOST_LEAD_CYCLES."""
     from attnpack.bench.run import run_bench
     shape_files = [Path(p) for p in (shape_files or DEFAULT_SHAPE_FILES)]
     op_list = split_list(ops, OPS, "--ops")
@@ -57,8 +57,10 @@ def measure(shape_files, ops: str, dtypes: str | None, backends: str, max_rows: 
     if turn_calls is not None and not 1 <= turn_calls <= reps:
         raise UsageError(f"--turn-calls {turn_calls}: give 1 to {reps} (--reps), the timed calls "
                          "a backend makes before the next one's turn")
+    if lead_cycles is not None and lead_cycles < 0:
+        raise UsageError(f"--lead-cycles {lead_cycles}: give 0 (no spin) or more")
     planned = plan_rows(shape_files, dtype_list, max_rows, only)
     dyn = {"requests": requests, "seed": seed, "lengths_new": new_lengths, "cold": cold} \
         if dynamic else None
     return run_bench(planned, op_list, backend_list, reps, warmup, shape_files, dyn,
-                     progress=progress, turn_calls=turn_calls)
+                     progress=progress, turn_calls=turn_calls, lead_cycles=lead_cycles)

@@ -151,16 +151,16 @@ def timing(name: str, samples: list[float], shape: Shape, tensors) -> dict:
     return result
 
 
-def measure_shape(shape: Shape, ops, backends, timer: Timer,
-                  turn_calls: int = TURN_CALLS) -> dict[str, dict]:
+def measure_shape(shape: Shape, ops, backends, timer: Timer, turn_calls: int = TURN_CALLS,
+                  lead_cycles: int = HOST_LEAD_CYCLES) -> dict[str, dict]:
     """{op: {"backends": {name: timing or error}, "served": served_summary}} for one shape.
 
     One op after the other. Each backend makes its first call (a refusal is recorded and that
     backend is not asked again) and its warm-up calls, then the backends take turns of
     `turn_calls` timed calls each (turn_order) until each made the timer's reps. Nothing waits
     between turns: the GPU runs the calls back to back in turn order, so every backend's calls
-    meet the same clocks. Each timed call has a lead spin (HOST_LEAD_CYCLES) after its flush,
-    so a host still switching backends has queued the call before its start event fires.
+    meet the same clocks. Each timed call has a GPU spin of `lead_cycles` after its flush, so a
+    host still switching backends has queued the call before its start event fires.
     attnpack's stats are reset before its first call of each op and read after the op."""
     tensors = make_inputs(shape)
     entry = attnpack_torch.sdpa_entry(shape.dtype, shape.heads_q, shape.heads_kv, shape.seqlen_q,
@@ -183,7 +183,7 @@ def measure_shape(shape: Shape, ops, backends, timer: Timer,
             if name in events:
                 with backend(name):
                     try:
-                        events[name] += [timer.queue(calls[name], HOST_LEAD_CYCLES)
+                        events[name] += [timer.queue(calls[name], lead_cycles)
                                          for _ in range(n)]
                     except RuntimeError as e:  # out of memory, say: the row says so, and goes on
                         out[op]["backends"][name] = failed(e)

@@ -291,12 +291,14 @@ def _turns_text(settings: dict) -> str:
     if settings.get("turn_calls"):
         n = settings["turn_calls"]
         order = ", ".join(settings.get("backends") or ("attnpack", "default", "flash", "efficient"))
-        return (" The backends take turns call by call" if n == 1 else
-                f" The backends take turns of {n} calls") + (
-            f" in alternating order ({order}, then back), so the "
-            "clocks the GPU runs at reach every backend alike; each backend's warm-up calls come "
-            "before the turns, and each timed call waits behind a GPU spin of about 0.1 ms "
-            "after its flush, so the host's switch between backends stays out of the timing.")
+        lead = settings.get("lead_cycles") or 0
+        return ((" The backends take turns call by call" if n == 1 else
+                 f" The backends take turns of {n} calls")
+                + f" in alternating order ({order}, then back), one op after the other, so the "
+                "clocks the GPU runs at reach every backend alike; each backend's warm-up calls "
+                "come before the turns."
+                + (f" Each timed call waits behind a GPU spin of {lead:,} cycles after its flush, "
+                   "so the host's switch between backends stays out of the timing." if lead else ""))
     if (settings.get("rounds") or 1) > 1:
         return (f" The backends take turns in {settings['rounds']} rounds, in alternating order "
                 f"(attnpack first, then last{', and so on' if settings['rounds'] > 2 else ''}), "

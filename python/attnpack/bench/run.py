@@ -69,7 +69,8 @@ def preflight() -> None:
 def run_bench(planned: list[tuple[str, Shape]], ops, backends, reps: int, warmup: int,
               shape_files, dynamic: dict | None,
               progress: Callable[[int, str], Callable[[int], None]] = lambda n, label: (lambda k: None),
-              settle: bool = True, turn_calls: int | None = None) -> dict:
+              settle: bool = True, turn_calls: int | None = None,
+              lead_cycles: int | None = None) -> dict:
     """Measure `planned` rows (set, shape) for each op on each backend, then the dynamic report
     (`dynamic`: keyword arguments of run_dynamic, or None to skip it).
 
@@ -79,18 +80,21 @@ def run_bench(planned: list[tuple[str, Shape]], ops, backends, reps: int, warmup
     read 137 against 133 for the same kernel and flush; run46 read 0.84x in a first pass and
     0.97x in three more, on a machine whose matmul rate drifted 722-793 TFLOP/s between passes
     (docs/performance.md). A mitigation, not a proven cause. `turn_calls`: the timed calls a
-    backend makes in one turn (measure.measure_shape), None for measure.TURN_CALLS."""
+    backend makes in one turn (measure.measure_shape), None for measure.TURN_CALLS;
+    `lead_cycles`: the GPU spin before each timed call, None for timing.HOST_LEAD_CYCLES."""
     import torch
 
     from attnpack.bench import dynamic as dyn
     from attnpack.bench.measure import TURN_CALLS, measure_shape
-    from attnpack.bench.timing import Timer, matmul_tflops
+    from attnpack.bench.timing import HOST_LEAD_CYCLES, Timer, matmul_tflops
     preflight()
     timer = Timer(reps=reps, warmup=warmup)
     turn_calls = TURN_CALLS if turn_calls is None else turn_calls
+    lead_cycles = HOST_LEAD_CYCLES if lead_cycles is None else lead_cycles
     results = {"schema": RESULTS_SCHEMA, "environment": environment(),
                "settings": {"ops": list(ops), "backends": list(backends), "reps": reps,
-                            "warmup": warmup, "turn_calls": turn_calls, "settle": settle,
+                            "warmup": warmup, "turn_calls": turn_calls, "lead_cycles": lead_cycles,
+                            "settle": settle,
                             "flush_bytes": timer.flush_bytes,
                             "shape_files": [str(p) for p in shape_files]},
                "matmul": {"n": 8192, "dtype": "bf16", "tflops": matmul_tflops(timer)},
@@ -98,13 +102,13 @@ def run_bench(planned: list[tuple[str, Shape]], ops, backends, reps: int, warmup
     advance = progress(len(planned), "bench")
     first = next((shape for _, shape in planned if shape.wanted_ops(ops)), None)
     if settle and first is not None:
-        measure_shape(first, first.wanted_ops(ops), backends, timer, turn_calls)
+        measure_shape(first, first.wanted_ops(ops), backends, timer, turn_calls, lead_cycles)
     for set_name, shape in planned:
         wanted = shape.wanted_ops(ops)
         if not wanted:  # e.g. a decode row (fwd only) in a run of fwdbwd
             advance(1)
             continue
-        measured = measure_shape(shape, wanted, backends, timer, turn_calls)
+        measured = measure_shape(shape, wanted, backends, timer, turn_calls, lead_cycles)
         for op in wanted:
             results["rows"].append({"set": set_name, "name": shape.label, "shape": shape.as_dict(),
                                     "op": op, **measured[op]})
