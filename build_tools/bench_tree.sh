@@ -8,13 +8,8 @@
 #   env: OUT (default ./gpu-logs/bench), DEADLINE_S (585: the tests stop there, seconds from
 #        this script's start; a caller that already spent some of its call passes less)
 cd "$(dirname "$0")/.."
-OUT=${OUT:-$PWD/gpu-logs/bench}; L=/tmp/bench-tree-logs; mkdir -p "$OUT" $L
-export PYTHONUNBUFFERED=1
-FILES=" " OUT=$L timeout 150 bash build_tools/run_gpu_tests.sh > $L/summary.txt 2>&1
-echo "build rc $? at $SECONDS s"; tail -n 2 $L/summary.txt
-export PYTHONPATH=/tmp/attnpack-site:$PWD/python ATTNPACK_BUNDLE_DIR=$PWD/build-gpu/bundle \
-  ATTNPACK_TORCH_LIB=$PWD/build-gpu/torch/libattnpack_torch.so \
-  ATTNPACK_RUNTIME_LIB=$PWD/build-gpu/runtime/libattnpack.so
+OUT=${OUT:-$PWD/gpu-logs/bench}; mkdir -p "$OUT"
+. build_tools/bench_env.sh
 timeout 220 python3 -m attnpack.cli bench --ops fwd,fwdbwd --dtype bf16 --no-cold --no-dynamic \
   --no-plots --out /tmp/bench > "$OUT/bench.txt" 2>&1
 echo "bench rc $? at $SECONDS s"; grep -A 8 "^## Summary" /tmp/bench/report.md | head -12
