@@ -114,6 +114,8 @@ def test_a_side_sums_its_kernels_and_reads_its_longest_kernels_metrics():
     assert s["stalls"] == [("barrier", 2.84), ("math_pipe_throttle", 1.2), ("long_scoreboard", 0.9)]
     s = ncu.summarize(second)
     assert s["us"] == pytest.approx(253.7005) and s["main"] == "attn_fwd_split"
+    assert [n for n, _ in s["each"]] == ["attn_fwd_split", "attn_fwd_merge"]
+    assert sum(us for _, us in s["each"]) == pytest.approx(s["us"])
     assert s["main_us"] == pytest.approx(250.0005)
     assert s["local bytes"] == 1536 and s["occupancy %"] is None  # not in this CSV
     assert ncu.summarize([]) == {"us": None, "kernels": 0}
@@ -151,7 +153,9 @@ def test_table_puts_both_sides_of_each_row_together(tmp_path):
     assert cells[0][:7] == ["Llama B1 S8192", "0.91x", "attnpack", "1", "110.9", "gluon/fwd/x",
                             "38.0"]
     assert cells[1][:6] == ["", "", "default", "1", "100", "sm90_fprop_wgmma_64x128x128"]
-    assert cells[1][-1] == "math_pipe_throttle 2.0, barrier 1.1, long_scoreboard 0.5"
+    assert cells[1][-2] == "math_pipe_throttle 2.0, barrier 1.1, long_scoreboard 0.5"
+    assert cells[0][-1] == "attn_fwd_pingpong 110.9"
+    assert cells[2][-1] == "attn_fwd_split 250.0, attn_fwd_merge 3.7"
     assert cells[2][5] == "triton/fwd/s + triton/fwd/m" and cells[2][10] == "96"
     assert cells[3][4] == "245" and cells[3][8] == "91.2"
 

@@ -117,13 +117,16 @@ def stalls(kernel: dict, top: int = 3) -> list[tuple[str, float]]:
 
 
 def summarize(kernels: list[dict]) -> dict:
-    """A row's side: its kernels' total time and its longest kernel's metrics."""
+    """A row's side: its kernels' total time, each kernel's (name, µs) in launch order (where
+    a backward's time goes between its preprocess, main kernel and convert), and its longest
+    kernel's metrics."""
     if not kernels:
         return {"us": None, "kernels": 0}
     timed = [(duration_us(k) or 0.0, k) for k in kernels]
     longest_us, main = max(timed, key=lambda t: t[0])
     side = {"us": sum(t for t, _ in timed), "kernels": len(kernels), "main": main["Kernel Name"],
-            "main_us": longest_us, "stalls": stalls(main)}
+            "main_us": longest_us, "stalls": stalls(main),
+            "each": [(k["Kernel Name"], t) for t, k in timed]}
     side.update({col: metric(main, pattern, col in SUMMED) for col, pattern in PATTERNS.items()})
     return side
 
@@ -142,7 +145,7 @@ def render_table(rows: list[dict], ours: list[list[dict]], theirs: list[list[dic
     split_at_markers gave each side in the order `rows` ran. A side with fewer groups than
     rows (its run stopped early) ends the table there."""
     columns = ["row", "bench ratio", "side", "kernels", "µs", "main kernel"] + list(PATTERNS) \
-        + ["top stalls (cycles per issue)"]
+        + ["top stalls (cycles per issue)", "each kernel (µs)"]
     out = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for row, mine, native in zip(rows, ours, theirs):
         for side, kernels in (("attnpack", mine), ("default", native)):
@@ -155,5 +158,6 @@ def render_table(rows: list[dict], ours: list[list[dict]], theirs: list[list[dic
                      str(s["kernels"]), _cell(s["us"]), main]
             cells += [_cell(s.get(col)) for col in PATTERNS]
             cells.append(", ".join(f"{n} {v:.1f}" for n, v in s.get("stalls", [])) or "-")
+            cells.append(", ".join(f"{n} {_cell(us)}" for n, us in s.get("each", [])) or "-")
             out.append("| " + " | ".join(cells) + " |")
     return "\n".join(out) + "\n"
