@@ -31,8 +31,8 @@ NATIVE = ("default", "flash", "efficient")
 # Timed calls a backend makes in one turn. One: the backends take turns call by call. Run105
 # timed two rounds of 15 calls a backend instead (attnpack first in one, last in the other):
 # on the long rows attnpack's calls in the round it ran last, right after cuDNN's forward +
-# backward, were up to 12 % slower than in the other, while cuDNN's moved little; the clock a
-# call gets follows what the GPU ran before it (docs/performance.md, "Clocks and cycles").
+# backward, were up to 12 % slower than in the other, while cuDNN's moved little: the clock a
+# call gets follows what the GPU ran before it (docs/performance.md, "The order of the turns").
 TURN_CALLS = 1
 FORCED = {"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
           "cudnn": SDPBackend.CUDNN_ATTENTION}
@@ -176,7 +176,11 @@ def measure_shape(shape: Shape, ops, backends, timer: Timer, turn_calls: int = T
                 if fn is None:
                     out[op]["backends"][name] = error
                     continue
-                timer.warm(fn)
+                try:
+                    timer.warm(fn)
+                except RuntimeError as e:  # out of memory, say: the row says so, and goes on
+                    out[op]["backends"][name] = failed(e)
+                    continue
                 calls[name] = fn
         events = {name: [] for name in calls}
         for name, n in turn_order(tuple(calls), timer.reps, turn_calls):

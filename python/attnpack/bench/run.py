@@ -15,6 +15,8 @@ from attnpack import __version__
 from attnpack.bench.shapes import Shape
 
 RESULTS_SCHEMA = 1
+
+
 class BenchError(RuntimeError):
     """The bench cannot run here (no GPU, no extension, no bundle); the message says why."""
 

@@ -221,9 +221,9 @@ class Bench:
         start event could fire before the host had launched the call, and the host's launch
         time was timed too: in the run that waited (run53), decode kernels of 15-50 us timed up
         to 2x apart between the bf16 and the fp16 key of one shape, which move the same bytes.
-        The spin (timing.HOST_LEAD_CYCLES) lets the host, whose call goes through the ctypes binding
-        (a Problem, a workspace query, tens of us of Python), queue the call before its start
-        event fires."""
+        The spin (timing.HOST_LEAD_CYCLES) lets the host, whose call goes through the ctypes
+        binding (a Problem, a workspace query, tens of us of Python), queue the call before its
+        start event fires."""
         from attnpack.bench.timing import HOST_LEAD_CYCLES
         return [ms * 1000.0 for ms in self.timer.samples(fn, REPS, lead_cycles=HOST_LEAD_CYCLES)]
 
