@@ -234,3 +234,30 @@ def test_turn_calls_option_reaches_the_bench_and_is_checked(monkeypatch, tmp_pat
     done = CliRunner().invoke(main, ["bench", "--lead-cycles", "-1", "--out", str(tmp_path)])
     assert done.exit_code != 0 and "--lead-cycles -1: give 0 (no spin) or more" in done.output
     assert seen == [(None, None), (4, 0)]
+
+
+def test_time_op_times_one_backend_alone(monkeypatch):
+    """time_op, the bench/ scripts' one-kernel timing (bench/kernel_ab.py, gluon_bwd.py): its
+    warm-up and reps back to back through Timer.samples, or the refusal, or the failure."""
+    monkeypatch.setattr(measure, "default_choice", lambda shape, q, k, v: "cudnn")
+    calls = []
+    monkeypatch.setattr(measure, "first_call",
+                        lambda op, shape, tensors: ((lambda: calls.append(op)), {}))
+
+    class Timer:
+        reps = 3
+
+        def samples(self, fn, reps):
+            fn()
+            return [2.0, 1.0, 3.0][:reps]
+    got = measure.time_op("default", "fwd", SHAPE, ("q", "k", "v", "do"), Timer())
+    assert got == {"ms": 2.0, "min_ms": 1.0, "max_ms": 3.0, "reps": 3, "half_ms": [2.0, 2.0],
+                   "backend": "cudnn"} and calls == ["fwd"]
+
+    class Failing(Timer):
+        def samples(self, fn, reps):
+            raise RuntimeError("CUDA out of memory.\nmore")
+    assert measure.time_op("flash", "fwd", SHAPE, None, Failing()) == \
+        {"error": "failed while timing: CUDA out of memory."}
+    monkeypatch.setattr(measure, "first_call", lambda op, shape, tensors: (None, {"error": "no"}))
+    assert measure.time_op("flash", "fwd", SHAPE, None, Timer()) == {"error": "no"}

@@ -138,6 +138,21 @@ def first_call(op: str, shape: Shape, tensors) -> tuple[Callable[[], object] | N
     return fn, {}
 
 
+def time_op(name: str, op: str, shape: Shape, tensors, timer: Timer) -> dict:
+    """{"ms", "min_ms", "max_ms", "reps", ...} of `op` alone under the backend context `name`
+    the caller entered (its warm-up calls, then the timer's reps back to back), or {"error":
+    why} when that backend refuses the shape or the timing fails. For the bench/ scripts that
+    time one kernel at a time; measure_shape takes turns between backends instead."""
+    fn, error = first_call(op, shape, tensors)
+    if fn is None:
+        return error
+    try:
+        samples = timer.samples(fn, timer.reps)
+    except RuntimeError as e:  # out of memory, a launch failure: the row says so, the run goes on
+        return failed(e)
+    return timing(name, samples, shape, tensors)
+
+
 def timing(name: str, samples: list[float], shape: Shape, tensors) -> dict:
     """A backend's timing from its calls' times, in the order they ran; the default's names the
     backend PyTorch picked. `half_ms` keeps the medians of the first and the second half of the
