@@ -21,8 +21,6 @@ if not torch.cuda.is_available():
 
 import attnpack.torch as attnpack_torch  # noqa: E402
 from attnpack.bench import command, report  # noqa: E402
-from attnpack.bench import measure as measure_mod  # noqa: E402
-from attnpack.bench.run import ROUNDS  # noqa: E402
 from attnpack.torch import _build, _extension  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
@@ -81,10 +79,12 @@ def test_rows_have_a_served_kernel_and_positive_times(shape_file, tmp_path):
         assert served["status"] == "served", served
         ops = {name.split("/")[1] for name in served["kernels"]}
         assert ops == ({"fwd"} if row["op"] == "fwd" else {"fwd", "bwd"})
-        # the stats count attnpack's first round: its first (checking) call, warm-up and
-        # share of the reps, each served
-        first_round = measure_mod.round_reps(5, ROUNDS)[0]
-        assert all(n >= 1 + 2 + first_round for n in served["kernels"].values())
+        # the stats count every attnpack call of the op: its first (checking) call, the
+        # warm-up and the reps, each served
+        assert all(n == 1 + 2 + 5 for n in served["kernels"].values()), served
+        # the backends took turns call by call: each keeps its two halves' medians
+        assert all(len(backends[name]["half_ms"]) == 2 for name in ("attnpack", "default"))
+    assert results["settings"]["turn_calls"] == 1 and results["settings"]["lead_cycles"] > 0
     analysis = report.analyze(results)
     assert all(d["vs_default"] > 0 and d["tflops"]["attnpack"] > 0 for d in analysis["rows"])
     written = report.write_outputs(results, tmp_path)
