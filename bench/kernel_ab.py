@@ -1,7 +1,8 @@
 """A/B of the same kernels built from two or more source trees: every forward (or, with
-`--op bwd`, backward) kernel name that all the given archives hold for a shape's key is run from
-each archive, on the same tensors, and timed in alternating order (A B C, then C B A), so drift
-over the run falls on every side alike.
+`--op bwd`, backward) kernel name the given archives hold for a shape's key is run from each
+archive that has it, on the same tensors, and timed in alternating order (A B C, then C B A), so
+drift over the run falls on every side alike. A kernel only some sides have (a patch that adds
+configs) counts in those sides' fastest kernel, not in the per-kernel ratio.
 
     PYTHONPATH=python python3 bench/kernel_ab.py --archive before=a.apk --archive after=b.apk \\
         --shapes bench/shapes.json --shapes bench/model_shapes.json --json ab.json
@@ -111,8 +112,11 @@ def _backward_runs(shape, q, k, v, do, scale):
 def compare_shape(shape, sides, bundles, names, timer: Timer, max_diff: float,
                   op: str = "fwd", cycles: bool = False) -> dict | None:
     key = (shape.dtype, shape.head_dim, shape.causal)
-    common = sorted(set.intersection(*(set(n.get(key, ())) for n in names)))
-    if not common:
+    # every kernel any side has (a patch may add kernels); a side times those it has, and the
+    # per-kernel ratio takes the ones both sides share
+    have = {side: set(n.get(key, ())) for side, n in zip(sides, names)}
+    kernels = sorted(set.union(*have.values()))
+    if not kernels:
         return None
     q, k, v, do = tensors = make_inputs(shape)
     scale = 1.0 / math.sqrt(shape.head_dim)
@@ -125,8 +129,8 @@ def compare_shape(shape, sides, bundles, names, timer: Timer, max_diff: float,
     flops = shape_flops(shape, op)
     row = {"shape": shape.label, "tflops": {s: {} for s in sides}, "wrong": {}}
     runs = {}
-    for kernel in common:
-        for side in sides:
+    for kernel in kernels:
+        for side in (x for x in sides if kernel in have[x]):
             run, out = make(bundles[side], kernel)
             try:
                 run()
@@ -138,7 +142,7 @@ def compare_shape(shape, sides, bundles, names, timer: Timer, max_diff: float,
                 row["wrong"][f"{side}:{kernel}"] = diff
             else:
                 runs[(side, kernel)] = run
-    for kernel in common:
+    for kernel in kernels:
         ms = {}
         for order in (sides, sides[::-1]):
             for side in order:
