@@ -30,7 +30,9 @@ SHARED_MEMORY_LIMIT = 227 * 1024
 FAST = "gluon/bwd/bf16-d128-causal/M64_stages2_det0"
 TMA = "gluon/bwd/bf16-d128-causal/M64_stages2_det0_tma1"
 DET = "gluon/bwd/bf16-d128-causal/M64_stages2_det1_qN64"
-CONFIGS_PER_KEY = 8    # family.BWD_CONFIGS, head dims 64, 96 and 128
+CONFIGS_PER_KEY = 11   # family.BWD_CONFIGS, head dims 64, 96 and 128
+PERSISTENT = "gluon/bwd/bf16-d128-causal/M64_stages2_det0_tma1_persistent1"
+PERSISTENT_PER_KEY = 3  # the persistent tma1 configs (2 and 3 stages) and the det1 qN64 one
 # tma1 with the dQ queued behind dV and dK (`dqq`), 2 and 3 stages: 128-wide tiles without a
 # mask only, x (fp16, bf16) x (96, 128)
 DQQ = "gluon/bwd/bf16-d128-full/M64_stages2_det0_tma1_dqq1"
@@ -54,6 +56,11 @@ WIDE_KERNELS = 8       # the two wide configs x (fp16, bf16) x (full, causal), h
 SPILL_ALLOWED = {"attn_bwd_dkdv_dq_tma": (32, (96, 128)),
                  "attn_bwd_dkdv_dq_atomic": (16, (96, 128)),
                  "attn_bwd_dkdv_wide_dq_atomic": (32, (256,))}
+# The persistent dK/dV kernels (bwd.py, PERSISTENT) carry their work-unit counters around each
+# key block's tile loop: on 128-wide tiles ptxas keeps a few of them in the stack frame, stored
+# before a block's tile loop and reloaded after it (once a key block, none inside the loop; at
+# 104 bytes under causal, 40 without a mask, in the det1 kernel 24 under causal).
+PERSISTENT_SPILL_ALLOWED = {"attn_bwd_dkdv_dq_tma": 104, "attn_bwd_dkdv": 24}
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +81,9 @@ def test_every_declared_variant_builds_and_verifies(bwd_archive):
     ar, problems, warnings = verify_archive(bwd_archive)
     # a stack frame (spill) is a warning: only the allowed ones (test_no_spills_...) appear
     assert problems == []
-    assert all("stack frame" in w and any(f"({s})" in w for s in SPILL_ALLOWED) for w in warnings)
+    assert all("stack frame" in w and any(f"({s})" in w for s in
+                                          {**SPILL_ALLOWED, **PERSISTENT_SPILL_ALLOWED})
+               for w in warnings)
     # 8 configs x (fp16, bf16) x (64, 96, 128) x (full, causal), the dqq ones, and the wide
     # ones at 256
     assert sorted(k["name"] for k in ar.kernels) == sorted(v.name for v in declared())
@@ -92,6 +101,8 @@ def test_no_spills_and_shared_memory_fits(bwd_archive):
             if step["symbol"] in SPILL_ALLOWED and kernel["key"]["causal"] \
                     and kernel["key"]["head_dim"] in SPILL_ALLOWED[step["symbol"]][1]:
                 allowed = SPILL_ALLOWED[step["symbol"]][0]
+            if "_persistent1" in kernel["name"] and kernel["key"]["head_dim"] in (96, 128):
+                allowed = PERSISTENT_SPILL_ALLOWED.get(step["symbol"], 0)
             assert facts.resources.get("stack_bytes", 0) <= allowed, where
             assert facts.resources.get("local_bytes", 0) <= allowed, where
             assert step["shared"] <= SHARED_MEMORY_LIMIT, where
@@ -138,7 +149,8 @@ def test_determinism_is_declared_by_the_family():
             if v.key.tag == "bf16-d128-causal"} == {
         "M64_stages2_det0": False, "M64_stages3_det0": False,
         "M64_stages2_det0_tma1": False, "M64_stages3_det0_tma1": False,
-        "M64_stages2_det1_qN64": True,
+        "M64_stages2_det0_tma1_persistent1": False, "M64_stages3_det0_tma1_persistent1": False,
+        "M64_stages2_det1_qN64_persistent1": True, "M64_stages2_det1_qN64": True,
         "M64_stages3_det1_qN64": True, "M64_stages2_det1_qN128": True,
         "M64_stages3_det1_qN128_qS2": True}
 
@@ -228,9 +240,9 @@ def test_fast_variants_add_dq_the_way_they_declare(bwd_archive):
         else:
             assert atomics > 0 and reduces == 0, (kernel["name"], reduces, atomics)
             seen["atomic"] += 1
-    # 2 stage counts x (fp16, bf16) x (64, 96, 128) x (full, causal) of each, the dqq ones
-    # (TMA), and the wide kernels (atomics)
-    assert seen == {"tma": 24 + DQQ_KERNELS, "atomic": 24 + WIDE_KERNELS // 2}
+    # 2 stage counts x (fp16, bf16) x (64, 96, 128) x (full, causal) of each, and of the
+    # persistent tma1 ones, the dqq ones (TMA), and the wide kernels (atomics)
+    assert seen == {"tma": 48 + DQQ_KERNELS, "atomic": 24 + WIDE_KERNELS // 2}
 
 
 def test_dq_queue_is_declared_on_128_wide_tiles_without_a_mask(bwd_archive):
@@ -295,7 +307,7 @@ def test_fast_kernels_issue_dq_where_their_config_says(bwd_archive):
             assert after[:3] == ["WARPGROUP.DEPBAR.LE 0x1", "SYNCS.ARRIVE.TRANS64.A1T0",
                                  "WARPGROUP.DEPBAR.LE"], (kernel["name"], after[:4])
         seen += 1
-    assert seen == 48 + DQQ_KERNELS
+    assert seen == 72 + DQQ_KERNELS
 
 
 def test_no_step_has_its_wgmmas_serialized(bwd_archive):
@@ -374,3 +386,64 @@ def test_causal_programs_start_longest_block_first_within_head_groups(monkeypatc
             assert [b for b, _ in mine] == sorted(b for b, _ in mine)
         else:  # the last, fewer heads: the grid's own order
             assert mine == [(b, h) for h in range(g, heads) for b in range(blocks)]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("BH,blocks", [(1, 1), (1, 2), (3, 5), (2, 8), (512, 4), (7, 9)])
+def test_persistent_units_cover_every_key_block_once_at_equal_causal_cost(BH, blocks, causal):
+    """The persistent dK/dV kernels' work order, run as plain Python (bwd._block_units,
+    _unit_blocks and _unit_block are integer arithmetic; the GPU runs the same source): every
+    (key block, batch·kv head) is served exactly once; under causal a unit pairs block i with
+    block blocks - 1 - i, the longer (lower) one first, so every unit sees blocks + 1 blocks'
+    worth of queries (the middle block of an odd count is a unit alone); without a mask a
+    unit is one block, a head's blocks consecutive."""
+    bwd = kernel_module("bwd")
+    seen, costs = [], []
+    for unit in range(bwd._block_units.fn(BH, blocks, causal)):
+        spans = []
+        for half in range(bwd._unit_blocks.fn(unit, blocks, causal)):
+            block, bh = bwd._unit_block.fn(unit, half, blocks, causal)
+            assert 0 <= block < blocks and 0 <= bh < BH
+            seen.append((bh, block))
+            spans.append(blocks - block)  # query tiles of 128 rows a causal block sees
+        assert spans == sorted(spans, reverse=True)
+        costs.append(sum(spans))
+    assert sorted(seen) == [(bh, k) for bh in range(BH) for k in range(blocks)]
+    if causal:
+        middle = [(blocks + 1) // 2] if blocks % 2 else []
+        assert sorted(set(costs)) == sorted(set([blocks + 1] * (blocks > 1) + middle))
+    else:
+        assert seen == [(u // blocks, u % blocks) for u in range(BH * blocks)]
+
+
+def test_persistent_kernels_launch_one_program_per_sm(bwd_archive):
+    """The persistent configs: the dK/dV step's grid is num_sms (132 on the recording driver's
+    pretend H200) with B among its arguments; the other steps and the workspace are their
+    non-persistent twin's."""
+    family = load_families()["gluon"]
+    persistent = [v for v in declared() if v.config.get("persistent")]
+    assert len(persistent) == 12 * PERSISTENT_PER_KEY
+    for v in persistent:
+        assert v.steps[1].grid == ((("num_sms", 1),), (), ()), v.name
+        assert v.steps[1].kernel.constexprs["PERSISTENT"] is True
+        assert v.deterministic is bool(v.config["det"])
+    for v in declared():
+        if not v.config.get("wide"):
+            assert v.steps[1].kernel.constexprs["PERSISTENT"] is bool(v.config.get("persistent"))
+    assert family.excluded("sm_90", "bwd", FunctionalKey("bf16", 256, True),
+                           persistent[0].config) is not None  # 256 runs on the wide kernel
+    ar = read_archive(bwd_archive)
+    mine, twin = ar.kernel(PERSISTENT), ar.kernel(PERSISTENT.removesuffix("_persistent1"))
+    assert mine["workspace"] == twin["workspace"]
+    assert [s["name"] for s in mine["steps"]] == [s["name"] for s in twin["steps"]]
+    assert mine["steps"][0] == twin["steps"][0] and mine["steps"][2] == twin["steps"][2]
+    assert "B" in [p[0] for p in mine["steps"][1]["params"]]
+    ptrs = {t: 0x7f0000000000 + (i << 28) for i, t in
+            enumerate(("q", "k", "v", "o", "do", "dq", "dk", "dv", "lse"))}
+    with rt.Bundle(bwd_archive, recording=True) as bundle:
+        prob = rt.make_problem("bwd", "bf16", B=2, Hq=8, Hkv=2, Sq=512, Sk=512, D=128,
+                               causal=True, pointers=ptrs, kernel=PERSISTENT)
+        size = bundle.workspace_size(prob)
+        bundle.backward(prob, workspace=0x7e0000000000, workspace_size=size)
+        grids = [launch["grid"] for launch in bundle.recorded_launches()["launches"]]
+    assert grids[1] == [132, 1, 1]

@@ -219,6 +219,13 @@ def _key_block(Hq, Hkv, Sq, Sk, BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr,
     """grid: (cdiv(Sk, KEY_TILES * HALF_N), B * Hkv), read in head groups under causal
     (_block_and_head), where the first key blocks see the most queries and start first."""
     block, bh = _block_and_head(CAUSAL)
+    return _key_block_at(block, bh, Hq, Hkv, BLOCK_M, CAUSAL, KEY_TILES)
+
+
+@gluon.jit
+def _key_block_at(block, bh, Hq, Hkv, BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr,
+                  KEY_TILES: gl.constexpr):
+    """Key block `block` of (batch, kv head) `bh`: its KeyBlock."""
     n0 = block * (KEY_TILES * HALF_N)
     if CAUSAL:
         # queries above the diagonal see none of these keys: start at the tile holding row n0
@@ -228,6 +235,43 @@ def _key_block(Hq, Hkv, Sq, Sk, BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr,
     h_kv = bh % Hkv
     group = Hq // Hkv
     return KeyBlock(bh // Hkv, h_kv, n0, h_kv * group, h_kv * group + group, m_first)
+
+
+# A persistent dK/dV launch (PERSISTENT): one program per SM strides over work units. Without a
+# mask a unit is one key block, a head's blocks consecutive (the programs running side by side
+# share its Q and dO in L2). Under causal key block i of a head sees the queries from its own
+# first row on, so block i and block blocks - 1 - i together cost about the same for every i:
+# a unit is that pair (the middle block of an odd count alone), the longer one first, as the
+# forward's persistent units (fwd._unit_tiles).
+@gluon.jit
+def _block_units(BH, blocks, CAUSAL: gl.constexpr):
+    """Work units of a persistent launch over BH (batch, kv head) pairs of `blocks` key blocks."""
+    if CAUSAL:
+        return (blocks + 1) // 2 * BH
+    else:
+        return blocks * BH
+
+
+@gluon.jit
+def _unit_blocks(unit, blocks, CAUSAL: gl.constexpr):
+    """Key blocks in a unit: two, or one for the middle block of an odd count, or one without
+    a mask."""
+    if CAUSAL:
+        i = unit % ((blocks + 1) // 2)
+        return 1 + (2 * i + 1 != blocks)
+    else:
+        return 1
+
+
+@gluon.jit
+def _unit_block(unit, half, blocks, CAUSAL: gl.constexpr):
+    """(key block, batch·kv head) of a unit's block `half`."""
+    if CAUSAL:
+        per_head = (blocks + 1) // 2
+        i = unit % per_head
+        return i + half * (blocks - 1 - 2 * i), unit // per_head
+    else:
+        return unit % blocks, unit // blocks
 
 
 @aggregate
@@ -263,7 +307,8 @@ class DkdvSmem:
 
 @aggregate
 class DkdvBarriers:
-    kv_ready: gl.shared_memory_descriptor   # K and V landed (one phase, once)
+    kv_ready: gl.shared_memory_descriptor   # K and V landed (one phase a key block)
+    kv_free: gl.shared_memory_descriptor    # PERSISTENT: both consumers are done with K and V
     qdo_ready: gl.shared_memory_descriptor  # [STAGES] a slot's Q, dO (TMA), LSE and Δ landed
     qdo_free: gl.shared_memory_descriptor   # [STAGES] both consumers are done with a slot
     ds_ready: gl.shared_memory_descriptor   # [2] both consumers stored their dSᵀ half
@@ -271,8 +316,9 @@ class DkdvBarriers:
     p_ready: gl.shared_memory_descriptor    # bwd_wide.py: consumer 0 stored this tile's Pᵀ
 
     @gluon.constexpr_function
-    def __init__(self, kv_ready, qdo_ready, qdo_free, ds_ready, p_ready):
+    def __init__(self, kv_ready, kv_free, qdo_ready, qdo_free, ds_ready, p_ready):
         self.kv_ready = kv_ready
+        self.kv_free = kv_free
         self.qdo_ready = qdo_ready
         self.qdo_free = qdo_free
         self.ds_ready = ds_ready
@@ -290,6 +336,41 @@ def _dkdv_load(q_desc, k_desc, v_desc, do_desc, smem, bars, lse_ptr, delta_ptr,
     """K and V of the program's KEY_TILES tiles of 64 keys (two halves here, one in
     bwd_wide.py), then the ring of query tiles."""
     blk = _key_block(Hq, Hkv, Sq, Sk, BLOCK_M, CAUSAL, KEY_TILES)
+    zero = gl.to_tensor(0)  # the ring's slot and phase are loop-carried tensors
+    _load_block(q_desc, k_desc, v_desc, do_desc, smem, bars, lse_ptr, delta_ptr, blk,
+                Hq, Sq, sm_scale, zero, zero, BLOCK_M, STAGES, KEY_TILES)
+
+
+@gluon.jit
+def _dkdv_load_persistent(q_desc, k_desc, v_desc, do_desc, smem, bars, lse_ptr, delta_ptr,
+                          B, Hq, Hkv, Sq, Sk, sm_scale,
+                          BLOCK_M: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                          KEY_TILES: gl.constexpr):
+    """_dkdv_load over the program's work units (_block_units): each key block's K and V once
+    both consumers let go of the last block's (kv_free), the ring running on across blocks."""
+    blocks = gl.cdiv(Sk, KEY_TILES * HALF_N)
+    stage = 0
+    phase = 0
+    it = 0  # key blocks so far
+    for unit in range(gl.program_id(0), _block_units(B * Hkv, blocks, CAUSAL),
+                      gl.num_programs(0)):
+        for half in range(_unit_blocks(unit, blocks, CAUSAL)):
+            block, bh = _unit_block(unit, half, blocks, CAUSAL)
+            blk = _key_block_at(block, bh, Hq, Hkv, BLOCK_M, CAUSAL, KEY_TILES)
+            # a fresh barrier counts as having completed the phase before 0: block 0 loads at once
+            mbarrier.wait(bars.kv_free, (it & 1) ^ 1)
+            stage, phase = _load_block(q_desc, k_desc, v_desc, do_desc, smem, bars, lse_ptr,
+                                       delta_ptr, blk, Hq, Sq, sm_scale, stage, phase,
+                                       BLOCK_M, STAGES, KEY_TILES)
+            it += 1
+
+
+@gluon.jit
+def _load_block(q_desc, k_desc, v_desc, do_desc, smem, bars, lse_ptr, delta_ptr, blk,
+                Hq, Sq, sm_scale, stage, phase,
+                BLOCK_M: gl.constexpr, STAGES: gl.constexpr, KEY_TILES: gl.constexpr):
+    """K and V of key block `blk`, then its query tiles into the ring from slot `stage` at
+    `phase`; returns the slot and phase after them."""
     row_layout: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
     kv_bytes: gl.constexpr = KEY_TILES * (k_desc.block_type.nbytes + v_desc.block_type.nbytes)
     mbarrier.expect(bars.kv_ready, kv_bytes)
@@ -306,8 +387,6 @@ def _dkdv_load(q_desc, k_desc, v_desc, do_desc, smem, bars, lse_ptr, delta_ptr,
     # Stored negated (−LSE/scale, −Δ): the consumers broadcast them into the initial
     # accumulators as they are, with no `0 − x` per element (32 FADD a tile at head dim 128).
     minus_lse_to_scores = -1.0 / sm_scale
-    stage = 0
-    phase = 0
     for h in range(blk.h_first, blk.h_end):
         row_base = (blk.b * Hq + h).to(gl.int64) * Sq
         for m0 in range(blk.m_first, Sq, BLOCK_M):
@@ -328,6 +407,7 @@ def _dkdv_load(q_desc, k_desc, v_desc, do_desc, smem, bars, lse_ptr, delta_ptr,
                                                    other=0.0))
             mbarrier.arrive(ready)  # the second arrival, beside the TMA's expect
             stage, phase = _next_slot(stage, phase, STAGES)
+    return stage, phase
 
 
 # --------------------------------------------------------------------------------------------
@@ -527,77 +607,126 @@ def _dkdv_tile(smem, bars, dq_out, dk_acc, dv_acc, k, v, key0, t, stage, phase, 
 @gluon.jit
 def _dkdv_consume(smem, bars, lse_ptr, delta_ptr, dq_out, dk, dv,
                   dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
-                  Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
+                  B, Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
                   CONSUMER: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr,
                   D: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                  DQ_ADD: gl.constexpr, DQ_QUEUE: gl.constexpr):
-    """dK and dV of this consumer's 64 keys over every query tile of the program; unless
-    DQ_NONE also its share of each tile's dQ (DQ_QUEUE: queued behind dV and dK)."""
+                  DQ_ADD: gl.constexpr, DQ_QUEUE: gl.constexpr, PERSISTENT: gl.constexpr):
+    """dK and dV of this consumer's 64 keys over every query tile of the program's key block
+    (PERSISTENT: of each key block of its work units); unless DQ_NONE also its share of each
+    tile's dQ (DQ_QUEUE: queued behind dV and dK)."""
+    if PERSISTENT:
+        blocks = gl.cdiv(Sk, 2 * HALF_N)
+        t = 0      # query tiles so far: ring slots, phases and dSᵀ slots run on across blocks
+        it = 0     # key blocks so far
+        zero = gl.to_tensor(0)  # (the ring's slot and phase come from t here)
+        for unit in range(gl.program_id(0), _block_units(B * Hkv, blocks, CAUSAL),
+                          gl.num_programs(0)):
+            for half in range(_unit_blocks(unit, blocks, CAUSAL)):
+                block, bh = _unit_block(unit, half, blocks, CAUSAL)
+                blk = _key_block_at(block, bh, Hq, Hkv, BLOCK_M, CAUSAL, 2)
+                t, _, _ = _consume_block(
+                    smem, bars, dq_out, dk, dv, dk_stride_b, dk_stride_h, dk_stride_s,
+                    dv_stride_b, dv_stride_h, dv_stride_s, blk, t, zero, zero, it,
+                    Hq, Sq, Sk, qk_scale, sm_scale, CONSUMER, BLOCK_M, HEAD_DIM, D, STAGES,
+                    CAUSAL, DQ_ADD, DQ_QUEUE, PERSISTENT)
+                it += 1
+    else:
+        blk = _key_block(Hq, Hkv, Sq, Sk, BLOCK_M, CAUSAL, 2)
+        zero = gl.to_tensor(0)  # the counters are loop-carried tensors, not constexprs
+        _consume_block(smem, bars, dq_out, dk, dv, dk_stride_b, dk_stride_h, dk_stride_s,
+                       dv_stride_b, dv_stride_h, dv_stride_s, blk, zero, zero, zero, zero,
+                       Hq, Sq, Sk, qk_scale, sm_scale, CONSUMER, BLOCK_M, HEAD_DIM, D, STAGES,
+                       CAUSAL, DQ_ADD, DQ_QUEUE, PERSISTENT)
+    if PERSISTENT and DQ_ADD == DQ_TMA:
+        tma.store_wait(0)  # the last reduce has read its staging tile before the program ends
+
+
+@gluon.jit
+def _consume_block(smem, bars, dq_out, dk, dv,
+                   dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
+                   blk, t, stage, phase, it, Hq, Sq, Sk, qk_scale, sm_scale,
+                   CONSUMER: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr,
+                   D: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                   DQ_ADD: gl.constexpr, DQ_QUEUE: gl.constexpr, PERSISTENT: gl.constexpr):
+    """This consumer's 64 keys of key block `blk` (its `it`-th) over the block's query tiles,
+    the first of them the program's t-th, in ring slot `stage` at `phase`; stores dK and dV and
+    returns (t, stage, phase) after the block. PERSISTENT: K and V are given back (kv_free)
+    once every GEMM that read them is done, so the loader fetches the next block's while this
+    block's dK and dV are stored."""
     s_layout: gl.constexpr = _nvmma(BLOCK_M)            # Sᵀ, dPᵀ: [64 keys, BLOCK_M queries]
     kv_layout: gl.constexpr = _nvmma(HEAD_DIM)          # dK, dV: [64 keys, HEAD_DIM]
-
-    blk = _key_block(Hq, Hkv, Sq, Sk, BLOCK_M, CAUSAL, 2)
     key0 = blk.n0 + CONSUMER * HALF_N
     k = smem.k.index(CONSUMER).reshape([HALF_N, HEAD_DIM])
     v = smem.v.index(CONSUMER).reshape([HALF_N, HEAD_DIM])
     dk_acc = gl.zeros([HALF_N, HEAD_DIM], gl.float32, kv_layout)
     dv_acc = gl.zeros([HALF_N, HEAD_DIM], gl.float32, kv_layout)
 
-    mbarrier.wait(bars.kv_ready, 0)
+    mbarrier.wait(bars.kv_ready, it & 1)
     h = blk.h_first
     m0 = blk.m_first
-    stage = 0
-    phase = 0
-    for t in range(blk.num_tiles(Sq, BLOCK_M)):
+    for j in range(blk.num_tiles(Sq, BLOCK_M)):
+        if PERSISTENT:
+            # the slot and phase from the tile count: one register fewer across the loop
+            stage = t % STAGES
+            phase = (t // STAGES) & 1
         dk_acc, dv_acc = _dkdv_tile(smem, bars, dq_out, dk_acc, dv_acc, k, v, key0,
                                     t, stage, phase, blk.b, h, m0, Hq, Sq, Sk, qk_scale,
                                     s_layout, kv_layout, CONSUMER, BLOCK_M, HEAD_DIM, D,
                                     STAGES, CAUSAL, DQ_ADD, DQ_QUEUE)
         h, m0 = blk.next_tile(h, m0, Sq, BLOCK_M)
-        stage, phase = _next_slot(stage, phase, STAGES)
+        if not PERSISTENT:
+            stage, phase = _next_slot(stage, phase, STAGES)
+        t += 1
+    if PERSISTENT:
+        # Every GEMM of this consumer that read K or V (its dQ share's included, which reads
+        # both halves of K) was waited for inside _dkdv_tile; the loader refills both halves
+        # once both consumers said so.
+        mbarrier.arrive(bars.kv_free)
 
     # ---- epilogue: dK carries the softmax scale; keys no query sees get exact zeros
-    if DQ_ADD == DQ_TMA:
+    if not PERSISTENT and DQ_ADD == DQ_TMA:
         tma.store_wait(0)  # the last reduce has read its staging tile before the program ends
     _store_rows(dv, dv_stride_b, dv_stride_h, dv_stride_s, dv_acc, blk.b, blk.h_kv, key0, Sk,
                 kv_layout, HALF_N, HEAD_DIM, D)
     _store_rows(dk, dk_stride_b, dk_stride_h, dk_stride_s, dk_acc * sm_scale, blk.b, blk.h_kv,
                 key0, Sk, kv_layout, HALF_N, HEAD_DIM, D)
+    return t, stage, phase
 
 
 @gluon.jit
 def _dkdv_consumer0(smem, bars, lse_ptr, delta_ptr, dq_out, dk, dv,
                     dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
-                    Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
+                    B, Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
                     BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, D: gl.constexpr,
                     STAGES: gl.constexpr, CAUSAL: gl.constexpr, DQ_ADD: gl.constexpr,
-                    DQ_QUEUE: gl.constexpr):
+                    DQ_QUEUE: gl.constexpr, PERSISTENT: gl.constexpr):
     _dkdv_consume(smem, bars, lse_ptr, delta_ptr, dq_out, dk, dv,
                   dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
-                  Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
-                  0, BLOCK_M, HEAD_DIM, D, STAGES, CAUSAL, DQ_ADD, DQ_QUEUE)
+                  B, Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
+                  0, BLOCK_M, HEAD_DIM, D, STAGES, CAUSAL, DQ_ADD, DQ_QUEUE, PERSISTENT)
 
 
 @gluon.jit
 def _dkdv_consumer1(smem, bars, lse_ptr, delta_ptr, dq_out, dk, dv,
                     dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
-                    Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
+                    B, Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
                     BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, D: gl.constexpr,
                     STAGES: gl.constexpr, CAUSAL: gl.constexpr, DQ_ADD: gl.constexpr,
-                    DQ_QUEUE: gl.constexpr):
+                    DQ_QUEUE: gl.constexpr, PERSISTENT: gl.constexpr):
     _dkdv_consume(smem, bars, lse_ptr, delta_ptr, dq_out, dk, dv,
                   dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
-                  Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
-                  1, BLOCK_M, HEAD_DIM, D, STAGES, CAUSAL, DQ_ADD, DQ_QUEUE)
+                  B, Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
+                  1, BLOCK_M, HEAD_DIM, D, STAGES, CAUSAL, DQ_ADD, DQ_QUEUE, PERSISTENT)
 
 
 @gluon.jit
 def _dkdv_program(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_out, dk, dv,
                   dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
-                  Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
+                  B, Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
                   BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, D: gl.constexpr,
                   STAGES: gl.constexpr, CAUSAL: gl.constexpr, DQ_ADD: gl.constexpr,
-                  DQ_QUEUE: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOAD_REGS: gl.constexpr):
+                  DQ_QUEUE: gl.constexpr, PERSISTENT: gl.constexpr,
+                  CONSUMER_REGS: gl.constexpr, LOAD_REGS: gl.constexpr):
     gl.static_assert(DQ_ADD != DQ_NONE or not DQ_QUEUE, "DQ_QUEUE queues the fused dQ")
     dtype: gl.constexpr = q_desc.dtype
     k = gl.allocate_shared_memory(dtype, [2] + k_desc.block_type.shape, k_desc.layout)
@@ -621,25 +750,38 @@ def _dkdv_program(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_out, d
     qdo_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     qdo_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     ds_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    bars = DkdvBarriers(kv_ready, qdo_ready, qdo_free, ds_ready, ds_ready)  # no Pᵀ hand-over
+    if PERSISTENT:
+        kv_free = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    else:
+        kv_free = kv_ready  # unused: one key block, K and V loaded once
+    bars = DkdvBarriers(kv_ready, kv_free, qdo_ready, qdo_free, ds_ready,
+                        ds_ready)  # no Pᵀ hand-over
     mbarrier.init(bars.kv_ready, count=1)
+    if PERSISTENT:
+        mbarrier.init(bars.kv_free, count=2)  # both consumers let go of K and V
     for i in gl.static_range(STAGES):
         mbarrier.init(bars.qdo_ready.index(i), count=2)  # the TMA bytes, and LSE/Δ stored
         mbarrier.init(bars.qdo_free.index(i), count=2)   # both consumers release each slot
     for i in gl.static_range(2):
         mbarrier.init(bars.ds_ready.index(i), count=2)   # both consumers store a half
 
+    # The loader's tuple is written in the list: one stored in a variable would turn its
+    # function into a runtime value (fwd.py's attn_fwd_pingpong says more).
     gl.warp_specialize([
         (_dkdv_consumer0, (smem, bars, lse_ptr, delta_ptr, dq_out, dk, dv,
                            dk_stride_b, dk_stride_h, dk_stride_s,
                            dv_stride_b, dv_stride_h, dv_stride_s,
-                           Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
-                           BLOCK_M, HEAD_DIM, D, STAGES, CAUSAL, DQ_ADD, DQ_QUEUE)),
+                           B, Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
+                           BLOCK_M, HEAD_DIM, D, STAGES, CAUSAL, DQ_ADD, DQ_QUEUE, PERSISTENT)),
         (_dkdv_consumer1, (smem, bars, lse_ptr, delta_ptr, dq_out, dk, dv,
                            dk_stride_b, dk_stride_h, dk_stride_s,
                            dv_stride_b, dv_stride_h, dv_stride_s,
-                           Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
-                           BLOCK_M, HEAD_DIM, D, STAGES, CAUSAL, DQ_ADD, DQ_QUEUE)),
+                           B, Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
+                           BLOCK_M, HEAD_DIM, D, STAGES, CAUSAL, DQ_ADD, DQ_QUEUE, PERSISTENT)),
+        (_dkdv_load_persistent, (q_desc, k_desc, v_desc, do_desc, smem, bars, lse_ptr,
+                                 delta_ptr, B, Hq, Hkv, Sq, Sk, sm_scale,
+                                 BLOCK_M, STAGES, CAUSAL, 2))
+        if PERSISTENT else
         (_dkdv_load, (q_desc, k_desc, v_desc, do_desc, smem, bars, lse_ptr, delta_ptr,
                       Hq, Hkv, Sq, Sk, sm_scale, BLOCK_M, STAGES, CAUSAL, 2)),
     ], [4, 1], [CONSUMER_REGS, LOAD_REGS])
@@ -649,54 +791,56 @@ def _dkdv_program(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_out, d
 def attn_bwd_dkdv_dq_atomic(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_accum, dk, dv,
                             dk_stride_b, dk_stride_h, dk_stride_s,
                             dv_stride_b, dv_stride_h, dv_stride_s,
-                            Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
+                            B, Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
                             BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, D: gl.constexpr,
                             STAGES: gl.constexpr, CAUSAL: gl.constexpr, DQ_QUEUE: gl.constexpr,
+                            PERSISTENT: gl.constexpr,
                             CONSUMER_REGS: gl.constexpr, LOAD_REGS: gl.constexpr):
     """Fast variant: dK, dV, and dQ added into the fp32 accumulator with atomics; DQ_QUEUE
     queues each tile's dQ GEMM behind its dV and dK (_dkdv_tile).
-    grid: (cdiv(Sk, 128), B * Hkv); num_warps = 4 (consumer 0)."""
+    grid: (cdiv(Sk, 128), B * Hkv), or (num_sms,) when PERSISTENT; num_warps = 4 (consumer 0)."""
     _dkdv_program(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_accum, dk, dv,
                   dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
-                  Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
-                  BLOCK_M, HEAD_DIM, D, STAGES, CAUSAL, DQ_ATOMIC, DQ_QUEUE, CONSUMER_REGS,
-                  LOAD_REGS)
+                  B, Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
+                  BLOCK_M, HEAD_DIM, D, STAGES, CAUSAL, DQ_ATOMIC, DQ_QUEUE, PERSISTENT,
+                  CONSUMER_REGS, LOAD_REGS)
 
 
 @gluon.jit
 def attn_bwd_dkdv_dq_tma(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_ptr, delta_ptr, dk, dv,
                          dk_stride_b, dk_stride_h, dk_stride_s,
                          dv_stride_b, dv_stride_h, dv_stride_s,
-                         Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
+                         B, Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
                          BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, D: gl.constexpr,
                          STAGES: gl.constexpr, CAUSAL: gl.constexpr, DQ_QUEUE: gl.constexpr,
+                         PERSISTENT: gl.constexpr,
                          CONSUMER_REGS: gl.constexpr, LOAD_REGS: gl.constexpr):
     """Fast variant: dK, dV, and dQ added into the fp32 accumulator [B, Hq, Sq, D] by TMA
     reduce-adds through `dq_desc` (boxes of [BLOCK_M, HEAD_DIM/2] on 128-wide tiles, else
     [BLOCK_M, HEAD_DIM]); the reduce drops a tile's rows past Sq and columns past D. DQ_QUEUE
     queues each tile's dQ GEMM behind its dV and dK (_dkdv_tile).
-    grid: (cdiv(Sk, 128), B * Hkv); num_warps = 4 (consumer 0)."""
+    grid: (cdiv(Sk, 128), B * Hkv), or (num_sms,) when PERSISTENT; num_warps = 4 (consumer 0)."""
     _dkdv_program(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_desc, dk, dv,
                   dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
-                  Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
-                  BLOCK_M, HEAD_DIM, D, STAGES, CAUSAL, DQ_TMA, DQ_QUEUE, CONSUMER_REGS,
-                  LOAD_REGS)
+                  B, Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
+                  BLOCK_M, HEAD_DIM, D, STAGES, CAUSAL, DQ_TMA, DQ_QUEUE, PERSISTENT,
+                  CONSUMER_REGS, LOAD_REGS)
 
 
 @gluon.jit
 def attn_bwd_dkdv(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dk, dv,
                   dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
-                  Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
+                  B, Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
                   BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, D: gl.constexpr,
-                  STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                  STAGES: gl.constexpr, CAUSAL: gl.constexpr, PERSISTENT: gl.constexpr,
                   CONSUMER_REGS: gl.constexpr, LOAD_REGS: gl.constexpr):
     """Deterministic variant: dK and dV only (attn_bwd_dq computes dQ).
-    grid: (cdiv(Sk, 128), B * Hkv); num_warps = 4 (consumer 0)."""
+    grid: (cdiv(Sk, 128), B * Hkv), or (num_sms,) when PERSISTENT; num_warps = 4 (consumer 0)."""
     _dkdv_program(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, delta_ptr, dk, dv,
                   dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
-                  Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
-                  BLOCK_M, HEAD_DIM, D, STAGES, CAUSAL, DQ_NONE, False, CONSUMER_REGS,
-                  LOAD_REGS)
+                  B, Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
+                  BLOCK_M, HEAD_DIM, D, STAGES, CAUSAL, DQ_NONE, False, PERSISTENT,
+                  CONSUMER_REGS, LOAD_REGS)
 
 
 # --------------------------------------------------------------------------------------------

@@ -207,7 +207,7 @@ def _wide_dkdv_program(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_a
     qdo_free = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     p_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     ds_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    bars = DkdvBarriers(kv_ready, qdo_ready, qdo_free, ds_ready, p_ready)
+    bars = DkdvBarriers(kv_ready, kv_ready, qdo_ready, qdo_free, ds_ready, p_ready)  # no kv_free
     mbarrier.init(bars.kv_ready, count=1)
     for i in gl.static_range(STAGES):
         mbarrier.init(bars.qdo_ready.index(i), count=2)  # the TMA bytes, and LSE/Δ stored

@@ -39,6 +39,9 @@ The backward (bwd.py), three launches per variant. Config knobs:
               head dims 96 and 128 without a mask only (`excluded` says why)
   qN          (det 1) key rows per K/V tile of the dQ kernel
   qS          (det 1) the dQ kernel's K/V ring depth, where it differs from `stages`
+  persistent  1: one dK/dV program per SM strides over the key blocks (pairs of them under
+              causal), K and V of the next block loading while the last one's dK and dV are
+              stored; absent: one program per key block
   wide        (head dim 256 only) 1: the dK/dV program owns 64 keys and its two consumers
               split the head dim (bwd_wide.py); det 0 adds dQ with fp32 atomics, det 1 has a
               dQ kernel split the same way (64 query rows a program, key tiles of 64)
@@ -107,6 +110,11 @@ BWD_CONFIGS = (
     # with the TMA reduce only: there the atomic kernels measured slower with it (0.96-0.99x)
     {"M": 64, "stages": 2, "det": 0, "tma": 1, "dqq": 1},
     {"M": 64, "stages": 3, "det": 0, "tma": 1, "dqq": 1},
+    # persistent dK/dV programs, one per SM over the key blocks (bwd._block_units): the fast
+    # TMA variants and the deterministic one that wins short causal keys
+    {"M": 64, "stages": 2, "det": 0, "tma": 1, "persistent": 1},
+    {"M": 64, "stages": 3, "det": 0, "tma": 1, "persistent": 1},
+    {"M": 64, "stages": 2, "det": 1, "qN": 64, "persistent": 1},
     {"M": 64, "stages": 2, "det": 1, "qN": 64},
     {"M": 64, "stages": 3, "det": 1, "qN": 64},
     {"M": 64, "stages": 2, "det": 1, "qN": 128},
@@ -215,9 +223,14 @@ def _bwd_steps(key: FunctionalKey, config) -> tuple[Step, ...]:
                  _tensor_map("v_desc", "v", 64, key), _tensor_map("do_desc", "do", m, key))
     dkdv_words = {"lse_ptr": "lse", "delta_ptr": "delta", "qk_scale": "sm_scale_log2"}
     keys = WIDE_KEYS_PER_PROGRAM if config.get("wide") else BWD_KEYS_PER_PROGRAM
-    dkdv_grid = ((("Sk", keys),), (("B", 1), ("Hkv", 1)), ())
+    if config.get("persistent"):
+        dkdv_grid = ((("num_sms", 1),), (), ())
+    else:
+        dkdv_grid = ((("Sk", keys),), (("B", 1), ("Hkv", 1)), ())
     dkdv_consts = {"BLOCK_M": m, **dims, "STAGES": config["stages"], "CAUSAL": key.causal,
                    **regs}
+    if not config.get("wide"):
+        dkdv_consts["PERSISTENT"] = bool(config.get("persistent", 0))
     if config.get("wide"):
         dkdv_kernel = attn_bwd_dkdv_wide if det else attn_bwd_dkdv_wide_dq_atomic
     elif det:
