@@ -13,7 +13,8 @@ python3 -m attnpack.cli build --arch sm_90 --all --family gluon --dtype bf16 -o 
 echo "archive at $SECONDS s"; tail -n 2 "$L/build.log"
 A=/tmp/all-apk/attnpack-0.1.0-sm_90.apk
 for op in fwd bwd; do
-  timeout $(( (op == "fwd" ? 300 : 585) - SECONDS )) python3 bench/kernel_ab.py --op $op \
+  stop=585; [ $op = fwd ] && stop=300
+  timeout $((stop - SECONDS)) python3 bench/kernel_ab.py --op $op \
     --archive all=$A --reps 10 --shapes bench/shapes.json --shapes bench/model_shapes.json \
     --json "$OUT/oracle_$op.json" > "$OUT/oracle_$op.txt" 2>&1
   echo "$op rc $? at $SECONDS s"; tail -n 1 "$OUT/oracle_$op.txt"
