@@ -1,8 +1,11 @@
 """A/B of the same kernels built from two or more source trees: every forward (or, with
 `--op bwd`, backward) kernel name the given archives hold for a shape's key is run from each
-archive that has it, on the same tensors, and timed in alternating order (A B C, then C B A), so
-drift over the run falls on every side alike. A kernel only some sides have (a patch that adds
-configs) counts in those sides' fastest kernel, not in the per-kernel ratio.
+archive that has it, on the same tensors. All of a shape's kernels, from every side, and cuDNN
+take turns call by call in alternating order (attnpack.bench.timing.Timer.turns), so the clocks
+fall on all of them alike (until 2026-12-04 each kernel made its calls in a block of its own,
+and run115 read a long kernel 11 % slower that way than the bench did). A kernel only some
+sides have (a patch that adds configs) counts in those sides' fastest kernel, not in the
+per-kernel ratio.
 
     PYTHONPATH=python python3 bench/kernel_ab.py --archive before=a.apk --archive after=b.apk \\
         --shapes bench/shapes.json --shapes bench/model_shapes.json --json ab.json
@@ -17,12 +20,13 @@ Rows with one query (decode) are skipped: this compares prefill kernels, and a k
 kernel's O is compared with cuDNN's (a backward's dQ, dK and dV with cuDNN's gradients, relative
 to the largest of each; its O and LSE come from PyTorch's flash forward); a kernel off by more
 than --max-diff is reported as wrong and not timed. Timing is attnpack.bench's (warm-up, L2
-flush, CUDA events, median). Per shape, it prints each side's fastest kernel in TFLOP/s, that
+flush and a GPU spin before every timed call, CUDA events, median of --reps). Per shape, it prints each side's fastest kernel in TFLOP/s, that
 rate over the first side's, and the geomean over kernels of the per-kernel time ratio (first
 side's time over this side's: above 1 this side is faster); cuDNN's rate in the same run is the
 reference column.
 
-With --cycles each call is timed with a clock probe on either side (attnpack.bench.timing,
+With --cycles each kernel makes its calls in a block (A B C, then C B A), each call timed
+with a clock probe on either side (attnpack.bench.timing,
 Timer.clocked_samples) and its median cycles count instead of its median time: the GPU sets its
 clock by power and history, by more than most kernel changes are worth, and a call's cycles do
 not follow it (docs/performance.md, "Clocks and cycles"). Rates are then what the cycles would
@@ -46,18 +50,16 @@ from triton_family import cudnn_output  # noqa: E402
 
 from attnpack import runtime as rt  # noqa: E402
 from attnpack.archive import read_archive  # noqa: E402
-from attnpack.bench.measure import backend, make_inputs, sdpa_call, time_op  # noqa: E402
+from attnpack.bench.measure import backend, first_call, make_inputs, sdpa_call  # noqa: E402
 from attnpack.bench.shapes import load_shape_file, shape_flops  # noqa: E402
-from attnpack.bench.timing import Timer  # noqa: E402
+from attnpack.bench.timing import HOST_LEAD_CYCLES, Timer  # noqa: E402
 from attnpack.bench.report import geomean  # noqa: E402
 
 NOMINAL_GHZ = 1.98   # the H200's highest SM clock: --cycles rates are at this clock
 
 
-def call_ms(timer: Timer, run, cycles: bool) -> float:
-    """A call's median time, or with `cycles` its median cycles as ms at NOMINAL_GHZ."""
-    if not cycles:
-        return timer.median_ms(run)
+def cycles_ms(timer: Timer, run) -> float:
+    """A call's median cycles as ms at NOMINAL_GHZ (--cycles)."""
     samples = timer.clocked_samples(run, timer.reps)
     return statistics.median(ms * ghz for ms, ghz in samples) / NOMINAL_GHZ
 
@@ -109,6 +111,20 @@ def _backward_runs(shape, q, k, v, do, scale):
     return make, error
 
 
+def _cudnn_call(op: str, shape, tensors):
+    """cuDNN's F.sdpa call of `op` on `tensors`, entering its backend at every call (so it can
+    take turns with the runtime's kernels), or None when cuDNN refuses the shape."""
+    with backend("cudnn"):
+        fn, _ = first_call(op, shape, tensors)
+    if fn is None:
+        return None
+
+    def run():
+        with backend("cudnn"):
+            return fn()
+    return run
+
+
 def compare_shape(shape, sides, bundles, names, timer: Timer, max_diff: float,
                   op: str = "fwd", cycles: bool = False) -> dict | None:
     key = (shape.dtype, shape.head_dim, shape.causal)
@@ -142,22 +158,31 @@ def compare_shape(shape, sides, bundles, names, timer: Timer, max_diff: float,
                 row["wrong"][f"{side}:{kernel}"] = diff
             else:
                 runs[(side, kernel)] = run
-    for kernel in kernels:
-        ms = {}
-        for order in (sides, sides[::-1]):
-            for side in order:
-                if (side, kernel) in runs:
-                    ms.setdefault(side, []).append(call_ms(timer, runs[(side, kernel)], cycles))
-        for side, times in ms.items():
-            row["tflops"][side][kernel] = flops / (sum(times) / len(times)) / 1e9
-    with backend("cudnn"):
-        if cycles:
+    if cycles:
+        for kernel in kernels:
+            ms = {}
+            for order in (sides, sides[::-1]):
+                for side in order:
+                    if (side, kernel) in runs:
+                        ms.setdefault(side, []).append(cycles_ms(timer, runs[(side, kernel)]))
+            for side, times in ms.items():
+                row["tflops"][side][kernel] = flops / (sum(times) / len(times)) / 1e9
+        with backend("cudnn"):
             try:
-                ms = call_ms(timer, sdpa_call(op, q, k, v, do, shape.causal), True)
+                ms = cycles_ms(timer, sdpa_call(op, q, k, v, do, shape.causal))
             except RuntimeError:   # cuDNN refuses the shape
                 ms = None
-        else:
-            ms = time_op("cudnn", op, shape, tensors, timer).get("ms")
+    else:
+        # every kernel of every side and cuDNN take turns call by call (Timer.turns)
+        calls = dict(runs)
+        cudnn = _cudnn_call(op, shape, tensors)
+        if cudnn is not None:
+            calls["cudnn"] = cudnn
+        medians = {name: statistics.median(t) for name, t in
+                   timer.turns(calls, timer.reps, lead_cycles=HOST_LEAD_CYCLES).items()}
+        for (side, kernel), t in ((n, t) for n, t in medians.items() if n != "cudnn"):
+            row["tflops"][side][kernel] = flops / t / 1e9
+        ms = medians.get("cudnn")
     row["cudnn"] = flops / ms / 1e9 if ms else None
     return row
 

@@ -371,20 +371,21 @@ def test_entries_before_the_streams_class_get_their_timing_shape_s(tmp_path):
 
 def test_runoff_times_the_close_contenders_again_in_alternating_order():
     """`attnpack tune`'s run-off: candidates within the margin of the fastest (at most `most`)
-    are timed `rounds` more times, slowest first then fastest first, and each keeps the median
-    of all its runs, so a contender that was unlucky in the first pass can still win."""
+    are timed `rounds` more times by turns among themselves, slowest first then fastest first,
+    and each keeps the median of all its runs, so a contender that was unlucky in the first
+    pass can still win."""
     from attnpack.tune.runner import runoff
     samples = {"a": [100.0] * 3, "b": [104.0] * 3, "c": [107.0] * 3, "d": [109.0] * 3,
                "slow": [120.0] * 3}
     later = {"a": [110.0] * 4, "b": [101.0] * 4, "c": [106.0] * 4}
     calls = []
 
-    def sample(name):
-        calls.append(name)
-        return later[name]
+    def sample(names):
+        calls.append(names)
+        return {n: later[n] for n in names}
 
     assert runoff(samples, sample, rounds=2, margin=0.08, most=3) == ["a", "b", "c"]
-    assert calls == ["c", "b", "a", "a", "b", "c"]   # d (9 % off) and slow not again
+    assert calls == [["c", "b", "a"], ["a", "b", "c"]]   # d (9 % off) and slow not again
     assert samples["a"] == [100.0] * 3 + [110.0] * 8 and samples["d"] == [109.0] * 3
     medians = {n: statistics.median(t) for n, t in samples.items()}
     assert min(medians, key=medians.get) == "b"      # 101 over 11 runs against a's 110
@@ -393,7 +394,7 @@ def test_runoff_times_the_close_contenders_again_in_alternating_order():
 def test_runoff_leaves_a_clear_winner_alone():
     from attnpack.tune.runner import runoff
     samples = {"a": [100.0], "b": [109.0]}
-    assert runoff(samples, lambda n: pytest.fail("timed again"), margin=0.08) == []
+    assert runoff(samples, lambda names: pytest.fail("timed again"), margin=0.08) == []
     assert samples == {"a": [100.0], "b": [109.0]}
 
 
@@ -450,6 +451,49 @@ def test_tuner_queues_its_timed_reps_and_waits_once(monkeypatch):
     assert times == [2.0] * runner.REPS          # two log entries between start and end: 2 us
 
 
+def test_tuner_times_its_candidates_by_turns_call_by_call(monkeypatch):
+    """The tuner's Bench.turns_us on the recording stand-in for torch: each candidate's WARMUP
+    calls, then the candidates take turns call by call, in alternating order (a b, b a, ...),
+    each call behind its flush and spin, until each made REPS; one synchronize at the end, and
+    each candidate's times from its own event pairs, in microseconds."""
+    from types import SimpleNamespace
+
+    from attnpack.bench import timing
+    from attnpack.tune import runner
+    log = []
+
+    class Event:
+        def __init__(self, enable_timing):
+            self.t = None
+
+        def record(self):
+            log.append("record")
+            self.t = len(log)
+
+        def elapsed_time(self, end):
+            return (end.t - self.t) / 1000.0     # ms
+
+    class Flush:
+        def zero_(self):
+            log.append("flush")
+
+    cuda = SimpleNamespace(Event=Event, synchronize=lambda: log.append("sync"),
+                           _sleep=lambda cycles: log.append(("sleep", cycles)),
+                           get_device_properties=lambda d: SimpleNamespace(L2_cache_size=0))
+    fake = SimpleNamespace(empty=lambda *a, **k: Flush(), uint8=None, cuda=cuda,
+                           device=lambda d: d)
+    monkeypatch.setattr(timing, "torch", fake)
+    times = runner.Bench(fake).turns_us({"a": lambda: log.append("a"),
+                                         "b": lambda: (log.append("b"), log.append("b2"))})
+    lead = ("sleep", timing.HOST_LEAD_CYCLES)
+    turn = lambda name: ["flush", lead, "record"] + ([name] if name == "a" else ["b", "b2"]) \
+        + ["record"]
+    pairs = turn("a") + turn("b") + turn("b") + turn("a")
+    assert log == (["a"] * runner.WARMUP + ["b", "b2"] * runner.WARMUP
+                   + pairs * (runner.REPS // 2) + ["sync"])
+    assert times == {"a": [2.0] * runner.REPS, "b": [3.0] * runner.REPS}
+
+
 def test_candidates_refused_for_one_reason_are_logged_once():
     from attnpack.tune.runner import not_candidate_lines
     why = "requires Sq <= 16 (the decode kernel serves at most 16 query rows per head): Sq=8192"
@@ -480,9 +524,10 @@ def test_tune_key_times_a_lowest_class_key_at_both_shapes_and_keeps_both(monkeyp
                         lambda self, torch, q, *rest: lambda: (self.name, q))
 
     class Bench:
-        def samples_us(self, fn):
-            name, B = fn()
-            return [1e6 / rates[name, B] * B / 2] * 5   # time grows with the batch
+        def turns_us(self, fns):
+            timed = {n: fn() for n, fn in fns.items()}
+            return {n: [1e6 / rates[name, B] * B / 2] * 5   # time grows with the batch
+                    for n, (name, B) in timed.items()}
 
     index = {"kernels": [{"name": n, "op": "fwd", "key": key.functional.as_dict(),
                           "family": "gluon", "deterministic": True} for n in ("c3", "c4")]}

@@ -24,7 +24,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 import attnpack.torch as attnpack_torch
 from attnpack.bench.served import served_summary
 from attnpack.bench.shapes import Shape
-from attnpack.bench.timing import HOST_LEAD_CYCLES, Timer, elapsed_ms, summarize
+from attnpack.bench.timing import HOST_LEAD_CYCLES, Timer, elapsed_ms, summarize, turn_order
 
 BACKENDS = ("attnpack", "default", "flash", "efficient")
 NATIVE = ("default", "flash", "efficient")
@@ -107,20 +107,6 @@ def failed(error: Exception) -> dict:
     """A timing that failed, with the first line of its error."""
     first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
     return {"error": f"failed while timing: {first_line[:300]}"}
-
-
-def turn_order(backends, reps: int, turn_calls: int) -> list[tuple[str, int]]:
-    """(backend, timed calls) of each turn, in the order they run: every backend takes a turn of
-    `turn_calls` calls (fewer in the last turns, so that each makes `reps`), the backends in
-    their order, then in reverse, and so on (ABBA), so none is always first or last."""
-    if reps < 1 or turn_calls < 1:
-        raise ValueError(f"reps {reps} and turn_calls {turn_calls} must be >= 1")
-    order, done, forward = [], 0, True
-    while done < reps:
-        n = min(turn_calls, reps - done)
-        order += [(name, n) for name in (backends if forward else tuple(reversed(backends)))]
-        done, forward = done + n, not forward
-    return order
 
 
 def first_call(op: str, shape: Shape, tensors) -> tuple[Callable[[], object] | None, dict]:

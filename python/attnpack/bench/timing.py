@@ -5,6 +5,9 @@ than the L2 cache (so no call finds its inputs in L2 from the one before), each 
 CUDA events; the median counts. The host does not wait between reps: it queues the flush and
 the call and runs ahead while the GPU flushes, so a call's time is its GPU time and not the
 host's launch cost, except where the host cannot keep up (then that cost is real and shows).
+Several callables compared with each other take turns call by call (`Timer.turns`), so every one
+of them meets the same clocks: the clock a call gets follows what the GPU ran before it, by up to
+12 % on long calls (docs/performance.md, "The order of the turns").
 """
 from __future__ import annotations
 
@@ -69,6 +72,21 @@ class Timer:
         torch.cuda.synchronize()
         return elapsed_ms(events)
 
+    def turns(self, fns: dict[str, Callable[[], object]], reps: int,
+              lead_cycles: int = 0) -> dict[str, list[float]]:
+        """Each of `fns` makes its `warmup` calls (in order), then they take turns call by call
+        in alternating order (turn_order) until each made `reps` timed calls, all queued before
+        one wait: {name: each timed call's GPU time in ms}. A call that raises while warming or
+        queued propagates; `fns` a caller built can be warmed one by one first to sort out the
+        ones that refuse."""
+        for fn in fns.values():
+            self.warm(fn)
+        events: dict[str, list] = {name: [] for name in fns}
+        for name, n in turn_order(tuple(fns), reps, 1):
+            events[name] += [self.queue(fns[name], lead_cycles) for _ in range(n)]
+        torch.cuda.synchronize()
+        return {name: elapsed_ms(pairs) for name, pairs in events.items()}
+
     def warm(self, fn: Callable[[], object]) -> None:
         """The `warmup` untimed calls."""
         for _ in range(self.warmup):
@@ -101,6 +119,20 @@ class Timer:
             marks.append(_probed(fn))
         torch.cuda.synchronize()
         return [_probed_sample(m, 1) for m in marks]
+
+
+def turn_order(names, reps: int, turn_calls: int) -> list[tuple[str, int]]:
+    """(name, timed calls) of each turn, in the order they run: every name takes a turn of
+    `turn_calls` calls (fewer in the last turns, so that each makes `reps`), the names in their
+    order, then in reverse, and so on (ABBA), so none is always first or last."""
+    if reps < 1 or turn_calls < 1:
+        raise ValueError(f"reps {reps} and turn_calls {turn_calls} must be >= 1")
+    order, done, forward = [], 0, True
+    while done < reps:
+        n = min(turn_calls, reps - done)
+        order += [(name, n) for name in (names if forward else tuple(reversed(names)))]
+        done, forward = done + n, not forward
+    return order
 
 
 def elapsed_ms(events) -> list[float]:

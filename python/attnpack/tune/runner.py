@@ -8,13 +8,14 @@ For each key (op, dtype, head dim, causal, GQA class, Sq bucket, Sk bucket, stre
    or an error more than REJECT_FACTOR times the best candidate's (with a floor), is rejected
    and recorded as such, never selected;
 3. the survivors are timed at steady state at a size big enough that launch overhead cannot
-   decide (warm-up, L2 flush before every run, CUDA events, median of REPS); a prefill key of
+   decide (warm-up, L2 flush before every run, CUDA events, median of REPS), taking turns call
+   by call (`Bench.turns_us`), so every candidate meets the same clocks; a prefill key of
    the lowest streams class at two sizes, its timing batch's and the class's top
    (`timing_shapes`), the winner then being the fastest by the geometric mean of each
    candidate's time over the fastest at either size (`class_scores`);
 4. the close contenders (within RUNOFF_MARGIN of the fastest, at most RUNOFF_MOST) are timed
-   again in RUNOFF_ROUNDS rounds, in alternating order, and each keeps the median of all its
-   runs (`runoff`);
+   again in RUNOFF_ROUNDS rounds of turns among themselves, and each keeps the median of all
+   its runs (`runoff`);
 5. PyTorch's native backends (cuDNN, flash, efficient) are timed on the same shape, before the
    candidates and again after them, each keeping the median of both runs (`pooled_medians`).
 The entry records whether the winner is deterministic and, if not, the fastest deterministic
@@ -227,6 +228,18 @@ class Bench:
         from attnpack.bench.timing import HOST_LEAD_CYCLES
         return [ms * 1000.0 for ms in self.timer.samples(fn, REPS, lead_cycles=HOST_LEAD_CYCLES)]
 
+    def turns_us(self, fns: dict[str, Callable[[], None]]) -> dict[str, list[float]]:
+        """The candidates `fns` timed against each other: each one's WARMUP calls, then REPS
+        timed calls each, taking turns call by call in alternating order, all queued before one
+        wait (attnpack.bench.timing.Timer.turns), in microseconds. Until 2026-12-04 each
+        candidate made its REPS calls in a block of its own, one candidate after the other; a
+        call's clock follows what the GPU ran before it, and run115 (the Gluon kernels timed
+        that way at the bench rows) read one long forward kernel 11 % slower than the bench's
+        turns did (docs/tuning.md, "Candidates take turns")."""
+        from attnpack.bench.timing import HOST_LEAD_CYCLES
+        times = self.timer.turns(fns, REPS, lead_cycles=HOST_LEAD_CYCLES)
+        return {name: [ms * 1000.0 for ms in t] for name, t in times.items()}
+
     def settle(self, seconds: float = SETTLE_SECONDS) -> None:
         """Keep the GPU busy for about `seconds` (L2 flushes back to back) before the first
         key, so it is not timed while the clocks climb out of idle."""
@@ -237,14 +250,15 @@ class Bench:
             self.torch.cuda.synchronize()
 
 
-def runoff(samples: dict[str, list[float]], sample: Callable[[str], list[float]],
+def runoff(samples: dict[str, list[float]],
+           sample: Callable[[list[str]], dict[str, list[float]]],
            rounds: int = RUNOFF_ROUNDS, margin: float = RUNOFF_MARGIN,
            most: int = RUNOFF_MOST) -> list[str]:
     """Time the close contenders again: the candidates whose median of `samples` is within
     `margin` of the fastest, the `most` fastest of them, for `rounds` more rounds, slowest
-    first in the first round and fastest first in the next, so no contender is always timed
-    right after another. `sample(name)` times one once more; its times join `samples[name]`.
-    Returns the contenders, fastest first by the first medians ([] when one stands alone)."""
+    first in the first round and fastest first in the next. `sample(names)` times those once
+    more, taking turns; their times join `samples`. Returns the contenders, fastest first by
+    the first medians ([] when one stands alone)."""
     medians = pooled_medians(samples)
     best = min(medians.values())
     contenders = sorted((n for n, m in medians.items() if m <= best * (1 + margin)),
@@ -252,8 +266,8 @@ def runoff(samples: dict[str, list[float]], sample: Callable[[str], list[float]]
     if len(contenders) < 2:
         return []
     for r in range(rounds):
-        for n in (contenders[::-1] if r % 2 == 0 else contenders):
-            samples[n] = samples[n] + sample(n)
+        for n, times in sample(contenders[::-1] if r % 2 == 0 else contenders).items():
+            samples[n] = samples[n] + times
     return contenders
 
 
@@ -527,28 +541,33 @@ def _time_at(torch, runtime, bundle, bench: Bench, key: TuneKey, shape, survivor
     q, k, v, do = _inputs(torch, dtype, B, Hq, Hkv, Sq, Sk, D, grad)
     natives_first = native_samples(torch, bench, key, q, k, v, do)  # 5 begins: see there
 
-    def timed(n: str) -> list[float]:  # with buffers of its own that go when it is done
-        return bench.samples_us(Candidate(runtime, bundle, n, key, scale).timed(
-            torch, q, k, v, do))
-
-    samples = {}
+    # each candidate with buffers of its own, called once: one that refuses the shape says so
+    # here, before the turns
+    calls = {}
     for n in survivors:
         try:
-            samples[n] = timed(n)
+            calls[n] = Candidate(runtime, bundle, n, key, scale).timed(torch, q, k, v, do)
+            calls[n]()
         except runtime.AttnpackError as e:  # refuses the timing shape: recorded, not selected
+            calls.pop(n, None)
             rejected.append({"kernel": n, "error": f"at the timing shape {shape}: {e}",
                              "bound": bound})
             log(f"  {n}: {e}")
-    if not samples:
+    if not calls:
+        return None
+    try:
+        samples = bench.turns_us(calls)
+    except runtime.AttnpackError as e:  # it ran a moment ago; the key is left for a re-run
+        log(f"  timing at {shape}: {e}")
         return None
 
     # 4: the close ones again
-    def again(n: str) -> list[float]:
+    def again(names: list[str]) -> dict[str, list[float]]:
         try:
-            return timed(n)
-        except runtime.AttnpackError as e:  # it ran a moment ago: keep what it measured then
-            log(f"  {n} (run-off): {e}")
-            return []
+            return bench.turns_us({n: calls[n] for n in names})
+        except runtime.AttnpackError as e:  # they ran a moment ago: keep what they measured
+            log(f"  run-off: {e}")
+            return {}
     contenders = runoff(samples, again)
     # 5: PyTorch's own backends on the same shape, timed before the candidates and again after
     # them, each keeping the median of both runs: within a run a kernel's time drifts by up to
