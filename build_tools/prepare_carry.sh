@@ -13,5 +13,5 @@ if ! ls .whl/zstandard-*.whl .whl/msgpack_cxx-*.whl >/dev/null 2>&1; then
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
     --platform manylinux2014_x86_64 -d .whl zstandard==0.25.0 msgpack-cxx==7.0.0
 fi
-cp "$SCRIPTS"/*.sh "$SCRIPTS"/*.py "$SCRIPTS"/*.json .carry/ 2>/dev/null || true
+cp "$SCRIPTS"/*.sh "$SCRIPTS"/*.py "$SCRIPTS"/*.json "$SCRIPTS"/*.jsonl .carry/ 2>/dev/null || true
 echo "$(ls .whl | wc -l) wheels in .whl/, $(ls .carry | wc -l) files in .carry/ (from $SCRIPTS)"

@@ -11,10 +11,12 @@ streams class gets the class of its timing shape when loaded. Its value: the sel
 and `kernel` (which names the config), the measured `time_us` and `tflops`, the best native
 PyTorch backend for the same shape (`native: {backend, time_us}`), the exact shape it was timed
 at (`shape`), every surviving candidate's time (`candidates`), and the candidates that were
-`rejected` for being wrong, with their errors. A prefill key of the lowest streams class is timed
-at the top of its class too (`class_top`: that `shape`, its `candidates` and `native`) and
-its winner is the lowest of `scores`, each candidate's geometric mean over both shapes of its
-time over the fastest there (attnpack.tune.runner.timing_shapes); where `scores` exist they
+`rejected` for being wrong, with their errors. A prefill key of the lowest or the highest
+streams class is timed at its class's bound too (`second_shape`: that `shape`, its `candidates`
+and `native`; `class_top` in entries written before the twenty-sixth session, when only the
+lowest class had one, is read as it) and its winner is the lowest of `scores`, each
+candidate's geometric mean over both shapes of its time over the fastest there
+(attnpack.tune.runner.timing_shapes); where `scores` exist they
 rank the candidates below as times do elsewhere. `deterministic` says whether the winner's
 family declares it deterministic; when it does not, `deterministic_kernel` names the fastest
 deterministic candidate (what serves under torch.use_deterministic_algorithms(True)), if one
@@ -72,12 +74,12 @@ class TuningDb:
         return (near, "nearest") if near is not None else (None, "default")
 
     def put(self, entry: dict) -> None:
-        # `streams` may be left out: _with_streams gives it the class the entry was measured in
+        # `streams` may be left out: _upgraded gives it the class the entry was measured in
         missing = [f for f in KEY_FIELDS + ("family", "kernel")
                    if f not in entry and f != "streams"]
         if missing:
             raise DbError(f"entry lacks {missing}: {entry}")
-        entry = _with_streams(entry)
+        entry = _upgraded(entry)
         self.entries[entry_key(entry)] = entry
 
     def compiled(self) -> dict:
@@ -177,13 +179,22 @@ def load_db(path: Path | str) -> TuningDb:
         header = json.loads(lines[0])
         db = TuningDb(header["arch"], header.get("provenance", {}), path=path)
         for n, line in enumerate(lines[1:], start=2):
-            entry = _with_streams(json.loads(line))  # put() would too; the key is needed here
+            entry = _upgraded(json.loads(line))  # put() does too; the key is needed here
             if entry_key(entry) in db.entries:
                 raise DbError(f"{path}:{n}: duplicate key {entry_key(entry).text}")
             db.put(entry)
     except (json.JSONDecodeError, KeyError, TypeError) as e:
         raise DbError(f"{path}: malformed ({e}); regenerate it with `attnpack tune`") from None
     return db
+
+
+def _upgraded(entry: dict) -> dict:
+    """An entry as written today: `class_top` (written before the twenty-sixth session) read as
+    `second_shape`, and the streams class added (_with_streams)."""
+    if "class_top" in entry:
+        entry = {**{k: v for k, v in entry.items() if k != "class_top"},
+                 "second_shape": entry["class_top"]}
+    return _with_streams(entry)
 
 
 def _with_streams(entry: dict) -> dict:
@@ -267,21 +278,21 @@ def render_show(db: TuningDb) -> str:
             alt = e["deterministic_kernel"]
             alt_us = (e.get("candidates") or {}).get(alt)
             out.append(f"{'':>87}deterministic: {alt}" + (f" ({alt_us:.1f} us)" if alt_us else ""))
-        if e.get("class_top") and e.get("scores"):
-            out.append(f"{'':>87}" + _class_top_line(e))
+        if e.get("second_shape") and e.get("scores"):
+            out.append(f"{'':>87}" + _second_shape_line(e))
     nondet = sum(1 for e in db.entries.values() if e.get("deterministic") is False)
     out.append(f"{nondet} of {len(db.entries)} winners are not deterministic (det NO); under "
                "torch.use_deterministic_algorithms(True) their deterministic kernel serves")
     return "\n".join(out) + "\n"
 
 
-def _class_top_line(entry: dict) -> str:
+def _second_shape_line(entry: dict) -> str:
     """`db show`'s line under an entry timed at two shapes (attnpack.tune.runner.timing_shapes):
     its winner's time at the second one, PyTorch's there, and the score that chose it."""
-    top = entry["class_top"]
-    us = (top.get("candidates") or {}).get(entry["kernel"])
-    native = top.get("native") or {}
-    return (f"also timed at B={top['shape']['B']}" + (f": {us:.1f} us" if us else "")
+    second = entry["second_shape"]
+    us = (second.get("candidates") or {}).get(entry["kernel"])
+    native = second.get("native") or {}
+    return (f"also timed at B={second['shape']['B']}" + (f": {us:.1f} us" if us else "")
             + (f", native {native['backend']} {native['time_us']:.0f}" if native else "")
             + f"; chosen by score {entry['scores'][entry['kernel']]:.3f} over both shapes")
 

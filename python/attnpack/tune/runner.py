@@ -10,9 +10,9 @@ For each key (op, dtype, head dim, causal, GQA class, Sq bucket, Sk bucket, stre
 3. the survivors are timed at steady state at a size big enough that launch overhead cannot
    decide (warm-up, L2 flush before every run, CUDA events, median of REPS), taking turns call
    by call (`Bench.turns_us`), so every candidate meets the same clocks; a prefill key of
-   the lowest streams class at two sizes, its timing batch's and the class's top
-   (`timing_shapes`), the winner then being the fastest by the geometric mean of each
-   candidate's time over the fastest at either size (`class_scores`);
+   the lowest or the highest streams class at two sizes, its timing batch's and one at the
+   class's bound (`timing_shapes`), the winner then being the fastest by the geometric mean
+   of each candidate's time over the fastest at either size (`class_scores`);
 4. the close contenders (within RUNOFF_MARGIN of the fastest, at most RUNOFF_MOST) are timed
    again in RUNOFF_ROUNDS rounds of turns among themselves, and each keeps the median of all
    its runs (`runoff`);
@@ -167,19 +167,32 @@ def timing_shape(key: TuneKey) -> tuple[int, int, int, int, int, int]:
 
 
 def timing_shapes(key: TuneKey) -> list[tuple[int, int, int, int, int, int]]:
-    """The shapes a key is timed at: timing_shape's, and for a prefill key of the lowest streams
-    class (B·Hkv up to STREAM_BOUNDS[0], long sequences) also the class's top, B·Hkv =
-    STREAM_BOUNDS[0], where the caps allow a larger batch. That class spans 1-64 (batch, KV head)
-    pairs, and its keys are timed at a few: run98 timed every kernel of the bf16 head-dim-64 key
-    without a mask at S8192 at both ends, B2 and B8 x 8 KV heads (docs/device-runs/2026-12-03/
-    run98_c4_tests_timing): the four-consumer N64 kernel was the fastest at B2 by 2 % and
-    more than 8 % behind the fastest at B8, which the three-consumer N128 one led there."""
+    """The shapes a key is timed at: timing_shape's, and for a prefill key of the lowest or the
+    highest streams class also one at the class's bound, where the rows it serves sit but its
+    timing batch does not:
+    - class 64 (B·Hkv up to STREAM_BOUNDS[0], long sequences) also at its top, B·Hkv = 64,
+      where the caps allow a larger batch. Its keys are timed at a few pairs: run98 timed every
+      kernel of the bf16 head-dim-64 key without a mask at S8192 at both ends, B2 and B8 x 8
+      KV heads (docs/device-runs/2026-12-03/run98_c4_tests_timing): the four-consumer N64
+      kernel was the fastest at B2 by 2 % and more than 8 % behind the fastest at B8, which the
+      three-consumer N128 one led there.
+    - class 512 (more than STREAM_BOUNDS[-2] pairs, open above: short sequences, whose timing
+      batch grows to 1000-3000 pairs) also at B·Hkv = STREAM_BOUNDS[-1], 512 pairs, where
+      training batches of short sequences sit (B32 x 16 heads, B64 x 8). Run116 timed every
+      bf16 Gluon backward kernel at the bench rows by turns: at B32 H16 S512 head dim 128 the
+      deterministic qN64 kernels were 2.4-3.1 % faster than the key's pick, which had won by
+      0.4 % at its timing batch, B187 x 8 (docs/tuning.md, "Both ends of the open class")."""
     shape = timing_shape(key)
     B, Hq, Hkv, Sq, Sk, D = shape
-    if key.sq <= SEQLEN_BOUNDS[0] or key.streams != STREAM_BOUNDS[0]:
+    if key.sq <= SEQLEN_BOUNDS[0]:
         return [shape]
-    top = min(STREAM_BOUNDS[0] // Hkv, _most_batches(key.op, Hq, Hkv, Sq, Sk, D))
-    return [shape] if top <= B else [shape, (top, Hq, Hkv, Sq, Sk, D)]
+    if key.streams == STREAM_BOUNDS[0]:
+        top = min(STREAM_BOUNDS[0] // Hkv, _most_batches(key.op, Hq, Hkv, Sq, Sk, D))
+        return [shape] if top <= B else [shape, (top, Hq, Hkv, Sq, Sk, D)]
+    if key.streams == STREAM_BOUNDS[-1]:
+        bound = STREAM_BOUNDS[-1] // Hkv
+        return [shape] if bound == B else [shape, (bound, Hq, Hkv, Sq, Sk, D)]
+    return [shape]
 
 
 def class_scores(times: list[dict[str, float]]) -> dict[str, float]:
@@ -501,13 +514,13 @@ def tune_key(torch, runtime, bundle, bench: Bench, index: dict, key: TuneKey, lo
     if contenders:
         entry["runoff"] = {"rounds": RUNOFF_ROUNDS, "kernels": contenders}
     if len(runs) > 1:
-        top_times, top_contenders, top_natives, top_shape = runs[1]
-        entry["class_top"] = {
-            "shape": dict(zip(("B", "Hq", "Hkv", "Sq", "Sk", "D"), top_shape)),
-            "candidates": {n: round(t, 2) for n, t in sorted(top_times.items())},
-            "native": _native_record(top_natives)}
-        if top_contenders:
-            entry["class_top"]["runoff"] = top_contenders
+        second_times, second_contenders, second_natives, second = runs[1]
+        entry["second_shape"] = {
+            "shape": dict(zip(("B", "Hq", "Hkv", "Sq", "Sk", "D"), second)),
+            "candidates": {n: round(t, 2) for n, t in sorted(second_times.items())},
+            "native": _native_record(second_natives)}
+        if second_contenders:
+            entry["second_shape"]["runoff"] = second_contenders
         entry["scores"] = {n: round(v, 4) for n, v in scores.items()}
     deterministic = {k["name"]: k["deterministic"] for k in index["kernels"]}
     entry = record_determinism(entry, deterministic.__getitem__)
