@@ -38,6 +38,12 @@ def test_wrong_kernel_is_rejected_and_the_rest_is_tuned(tmp_path):
     assert wrong not in entry["candidates"]  # rejected candidates are never timed
     assert entry["error"] < 1e-2 and entry["time_us"] > 0
     assert entry["native"]["time_us"] > 0
+    # a key of the open streams class is timed at 512 (batch, KV head) pairs too, by turns, and
+    # chosen by its score over both shapes
+    second = entry["second_shape"]
+    assert second["shape"]["B"] * second["shape"]["Hkv"] == 512
+    assert set(second["candidates"]) == set(entry["candidates"])
+    assert entry["scores"][entry["kernel"]] == min(entry["scores"].values())
     # resumable: a second run finds the key measured and keeps it as it is
     again = tune(archive, [key], out, log=print)
     assert again.entries[key] == load_db(out).entries[key] == entry
