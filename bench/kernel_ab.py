@@ -20,17 +20,16 @@ Rows with one query (decode) are skipped: this compares prefill kernels, and a k
 kernel's O is compared with cuDNN's (a backward's dQ, dK and dV with cuDNN's gradients, relative
 to the largest of each; its O and LSE come from PyTorch's flash forward); a kernel off by more
 than --max-diff is reported as wrong and not timed. Timing is attnpack.bench's (warm-up, L2
-flush and a GPU spin before every timed call, CUDA events, median of --reps). Per shape, it prints each side's fastest kernel in TFLOP/s, that
-rate over the first side's, and the geomean over kernels of the per-kernel time ratio (first
-side's time over this side's: above 1 this side is faster); cuDNN's rate in the same run is the
-reference column.
+flush and a GPU spin before every timed call, CUDA events, median of --reps). Per shape, it
+prints each side's fastest kernel in TFLOP/s, that rate over the first side's, and the geomean
+over kernels of the per-kernel time ratio (first side's time over this side's: above 1 this
+side is faster); cuDNN's rate in the same run is the reference column.
 
-With --cycles each kernel makes its calls in a block (A B C, then C B A), each call timed
-with a clock probe on either side (attnpack.bench.timing,
-Timer.clocked_samples) and its median cycles count instead of its median time: the GPU sets its
-clock by power and history, by more than most kernel changes are worth, and a call's cycles do
-not follow it (docs/performance.md, "Clocks and cycles"). Rates are then what the cycles would
-give at NOMINAL_GHZ.
+With --cycles each kernel makes its calls in a block (A B C, then C B A), each call timed with
+a clock probe on either side (attnpack.bench.timing, Timer.clocked_samples), and its median
+cycles count instead of its median time: the GPU sets its clock by power and history, by more
+than most kernel changes are worth, and a call's cycles do not follow it (docs/performance.md,
+"Clocks and cycles"). Rates are then what the cycles would give at NOMINAL_GHZ.
 """
 from __future__ import annotations
 

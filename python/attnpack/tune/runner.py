@@ -246,9 +246,10 @@ class Bench:
         timed calls each, taking turns call by call in alternating order, all queued before one
         wait (attnpack.bench.timing.Timer.turns), in microseconds. Until 2026-12-04 each
         candidate made its REPS calls in a block of its own, one candidate after the other; a
-        call's clock follows what the GPU ran before it, and run115 (the Gluon kernels timed
-        that way at the bench rows) read one long forward kernel 11 % slower than the bench's
-        turns did (docs/tuning.md, "Candidates take turns")."""
+        call's clock follows what the GPU ran before it: bench/kernel_ab.py, timing that way
+        (run115), read one long forward kernel 11 % off the bench's turns. The tuner's run-off
+        had kept its picks close: by turns it chose the same kernel at 34 of the 38 forward
+        keys behind the bench rows (run116; docs/tuning.md, "Candidates take turns")."""
         from attnpack.bench.timing import HOST_LEAD_CYCLES
         times = self.timer.turns(fns, REPS, lead_cycles=HOST_LEAD_CYCLES)
         return {name: [ms * 1000.0 for ms in t] for name, t in times.items()}
