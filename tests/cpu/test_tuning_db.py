@@ -419,15 +419,14 @@ def test_native_reference_pools_its_runs_before_and_after_the_candidates():
     assert pooled_medians({}, {}) == {}
 
 
-def test_tuner_queues_its_timed_reps_and_waits_once(monkeypatch):
-    """The tuner's Bench, on a recording stand-in for torch: WARMUP calls, then for each of REPS
-    reps a flush, a spin that lets the host get ahead, the start event, the call and the end
-    event, all queued, and one synchronize at the end (no wait per rep, which let the host's
-    launch time into the interval); the times come from the event pairs, in microseconds."""
+@pytest.fixture()
+def recording_torch(monkeypatch):
+    """A stand-in for torch under attnpack.bench.timing that logs what the timer queues: each
+    event's record (its time is its place in the log, 1 us a step), the flush, the spin and the
+    synchronize. Yields (fake torch, log)."""
     from types import SimpleNamespace
 
     from attnpack.bench import timing
-    from attnpack.tune import runner
     log = []
 
     class Event:
@@ -452,46 +451,32 @@ def test_tuner_queues_its_timed_reps_and_waits_once(monkeypatch):
     fake = SimpleNamespace(empty=lambda *a, **k: Flush(), uint8=None, cuda=cuda,
                            device=lambda d: d)
     monkeypatch.setattr(timing, "torch", fake)
-    bench = runner.Bench(fake)
-    times = bench.samples_us(lambda: log.append("call"))
+    yield fake, log
+
+
+def test_tuner_queues_its_timed_reps_and_waits_once(recording_torch):
+    """The tuner's Bench, on a recording stand-in for torch: WARMUP calls, then for each of REPS
+    reps a flush, a spin that lets the host get ahead, the start event, the call and the end
+    event, all queued, and one synchronize at the end (no wait per rep, which let the host's
+    launch time into the interval); the times come from the event pairs, in microseconds."""
+    from attnpack.bench import timing
+    from attnpack.tune import runner
+    fake, log = recording_torch
+    times = runner.Bench(fake).samples_us(lambda: log.append("call"))
     lead = ("sleep", timing.HOST_LEAD_CYCLES)
     assert log == (["call"] * runner.WARMUP
                    + ["flush", lead, "record", "call", "record"] * runner.REPS + ["sync"])
     assert times == [2.0] * runner.REPS          # two log entries between start and end: 2 us
 
 
-def test_tuner_times_its_candidates_by_turns_call_by_call(monkeypatch):
+def test_tuner_times_its_candidates_by_turns_call_by_call(recording_torch):
     """The tuner's Bench.turns_us on the recording stand-in for torch: each candidate's WARMUP
     calls, then the candidates take turns call by call, in alternating order (a b, b a, ...),
     each call behind its flush and spin, until each made REPS; one synchronize at the end, and
     each candidate's times from its own event pairs, in microseconds."""
-    from types import SimpleNamespace
-
     from attnpack.bench import timing
     from attnpack.tune import runner
-    log = []
-
-    class Event:
-        def __init__(self, enable_timing):
-            self.t = None
-
-        def record(self):
-            log.append("record")
-            self.t = len(log)
-
-        def elapsed_time(self, end):
-            return (end.t - self.t) / 1000.0     # ms
-
-    class Flush:
-        def zero_(self):
-            log.append("flush")
-
-    cuda = SimpleNamespace(Event=Event, synchronize=lambda: log.append("sync"),
-                           _sleep=lambda cycles: log.append(("sleep", cycles)),
-                           get_device_properties=lambda d: SimpleNamespace(L2_cache_size=0))
-    fake = SimpleNamespace(empty=lambda *a, **k: Flush(), uint8=None, cuda=cuda,
-                           device=lambda d: d)
-    monkeypatch.setattr(timing, "torch", fake)
+    fake, log = recording_torch
     times = runner.Bench(fake).turns_us({"a": lambda: log.append("a"),
                                          "b": lambda: (log.append("b"), log.append("b2"))})
     lead = ("sleep", timing.HOST_LEAD_CYCLES)
