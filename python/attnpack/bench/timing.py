@@ -66,11 +66,9 @@ class Timer:
         """`warmup` calls, then `reps` timed ones: each call's GPU time in ms. With
         `lead_cycles`, the GPU spins that many cycles after each flush, before the start event,
         so a host slower to launch `fn` than the flush takes to run has queued the call by the
-        time the event fires (attnpack tune's candidates go through the ctypes binding)."""
-        self.warm(fn)
-        events = [self.queue(fn, lead_cycles) for _ in range(reps)]
-        torch.cuda.synchronize()
-        return elapsed_ms(events)
+        time the event fires (attnpack tune's candidates go through the ctypes binding). One
+        callable's turns: its calls back to back."""
+        return self.turns({"": fn}, reps, lead_cycles)[""]
 
     def turns(self, fns: dict[str, Callable[[], object]], reps: int,
               lead_cycles: int = 0) -> dict[str, list[float]]:
