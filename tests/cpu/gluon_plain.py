@@ -21,8 +21,9 @@ def kernel_module(name: str):
 
 
 class GridProgram:
-    """gl's program ids and `where` for one program (x, y) of an (nx, ny) grid."""
+    """gl's program ids, `where` and `minimum` for one program (x, y) of an (nx, ny) grid."""
     where = staticmethod(lambda condition, a, b: a if condition else b)
+    minimum = staticmethod(min)
 
     def __init__(self, x, y, nx, ny):
         self.ids, self.sizes = (x, y), (nx, ny)

@@ -23,7 +23,7 @@ from attnpack.archive.verify import verify_archive
 from attnpack.builder import BuildRequest, build_archives
 from attnpack.builder.backends.triton import cuobjdump, disassemble
 from attnpack.family import FunctionalKey, load_families
-from gluon_plain import kernel_module, launch_order
+from gluon_plain import GridProgram, kernel_module, launch_order
 from test_runtime_fixtures import param_offsets
 
 SHARED_MEMORY_LIMIT = 227 * 1024
@@ -389,31 +389,45 @@ def test_causal_programs_start_longest_block_first_within_head_groups(monkeypatc
 
 
 @pytest.mark.parametrize("causal", [False, True])
-@pytest.mark.parametrize("BH,blocks", [(1, 1), (1, 2), (3, 5), (2, 8), (512, 4), (7, 9)])
-def test_persistent_units_cover_every_key_block_once_at_equal_causal_cost(BH, blocks, causal):
-    """The persistent dK/dV kernels' work order, run as plain Python (bwd._block_units,
-    _unit_blocks and _unit_block are integer arithmetic; the GPU runs the same source): every
-    (key block, batch·kv head) is served exactly once; under causal a unit pairs block i with
-    block blocks - 1 - i, the longer (lower) one first, so every unit sees blocks + 1 blocks'
-    worth of queries (the middle block of an odd count is a unit alone); without a mask a
-    unit is one block, a head's blocks consecutive."""
-    bwd = kernel_module("bwd")
-    seen, costs = [], []
-    for unit in range(bwd._block_units.fn(BH, blocks, causal)):
-        spans = []
-        for half in range(bwd._unit_blocks.fn(unit, blocks, causal)):
-            block, bh = bwd._unit_block.fn(unit, half, blocks, causal)
+@pytest.mark.parametrize("programs", [1, 7, 132])
+@pytest.mark.parametrize("BH,blocks", [(1, 1), (1, 2), (3, 5), (2, 8), (512, 4), (7, 9),
+                                       (16, 24), (8, 64)])
+def test_persistent_units_cover_every_key_block_once_in_a_balanced_order(monkeypatch, BH,
+                                                                         blocks, programs,
+                                                                         causal):
+    """The persistent dK/dV kernels' work order, run as plain Python for every program of a
+    launch (bwd._block_units, _unit_block and grid.snake_rank are integer arithmetic; the GPU
+    runs the same source): every (batch·kv head, key block) is served exactly once. Without a
+    mask unit u is block u % blocks of head u // blocks. Under causal round r hands out the
+    blocks ranked longest first (block 0 across the heads, then block 1, ...) in program order
+    when r is even and in reverse when odd, so no program's work (query tiles of 128 rows,
+    blocks - block a block) exceeds the even share by more than one block's."""
+    bwd, grid = kernel_module("bwd"), kernel_module("grid")
+    monkeypatch.setattr(bwd, "snake_rank", grid.snake_rank.fn)
+    served, loads = {}, []
+    for p in range(programs):
+        program = GridProgram(p, 0, programs, 1)
+        monkeypatch.setattr(bwd, "gl", program)
+        monkeypatch.setattr(grid, "gl", program)
+        load = 0
+        for unit in range(p, bwd._block_units.fn(BH, blocks), programs):
+            block, bh = bwd._unit_block.fn(unit, BH, blocks, causal)
             assert 0 <= block < blocks and 0 <= bh < BH
-            seen.append((bh, block))
-            spans.append(blocks - block)  # query tiles of 128 rows a causal block sees
-        assert spans == sorted(spans, reverse=True)
-        costs.append(sum(spans))
-    assert sorted(seen) == [(bh, k) for bh in range(BH) for k in range(blocks)]
-    if causal:
-        middle = [(blocks + 1) // 2] if blocks % 2 else []
-        assert sorted(set(costs)) == sorted(set([blocks + 1] * (blocks > 1) + middle))
-    else:
-        assert seen == [(u // blocks, u % blocks) for u in range(BH * blocks)]
+            assert (bh, block) not in served.values()
+            served[unit] = (bh, block)
+            load += blocks - block
+        loads.append(load)
+    assert sorted(served.values()) == [(bh, k) for bh in range(BH) for k in range(blocks)]
+    if not causal:
+        assert served == {u: (u // blocks, u % blocks) for u in range(BH * blocks)}
+        return
+    ranked = [(k, bh) for k in range(blocks) for bh in range(BH)]  # longest first
+    for first in range(0, BH * blocks, programs):
+        width = min(programs, BH * blocks - first)
+        order = [served[first + p] for p in range(width)]
+        expected = [(bh, k) for k, bh in ranked[first:first + width]]
+        assert order == (expected[::-1] if first // programs % 2 else expected)
+    assert max(loads) <= sum(loads) / programs + blocks
 
 
 def test_persistent_kernels_launch_one_program_per_sm(bwd_archive):

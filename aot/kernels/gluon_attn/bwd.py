@@ -55,7 +55,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma, warpgroup_mma_wait)
 from triton.language.core import _aggregate as aggregate
 
-from .grid import grouped_block_and_head
+from .grid import grouped_block_and_head, snake_rank
 
 LOG2E = gl.constexpr(1.4426950408889634)  # the forward's LSE is natural-log; P uses exp2
 HALF_N = gl.constexpr(64)                  # keys per dK/dV consumer (one m64 wgmma row block)
@@ -237,39 +237,27 @@ def _key_block_at(block, bh, Hq, Hkv, BLOCK_M: gl.constexpr, CAUSAL: gl.constexp
     return KeyBlock(bh // Hkv, h_kv, n0, h_kv * group, h_kv * group + group, m_first)
 
 
-# A persistent dK/dV launch (PERSISTENT): one program per SM strides over work units. Without a
-# mask a unit is one key block, a head's blocks consecutive (the programs running side by side
-# share its Q and dO in L2). Under causal key block i of a head sees the queries from its own
-# first row on, so block i and block blocks - 1 - i together cost about the same for every i:
-# a unit is that pair (the middle block of an odd count alone), the longer one first, as the
-# forward's persistent units (fwd._unit_tiles).
+# A persistent dK/dV launch (PERSISTENT): one program per SM strides over work units of one
+# key block each. Without a mask a head's blocks are consecutive (the programs running side by
+# side share its Q and dO in L2). Under causal key block i of a head sees the queries from its
+# own first row on, so the blocks differ in work: the units are ranked longest first, block by
+# block across the heads, and handed out in a snake (grid.snake_rank), so what a program takes in
+# one round the next round evens out. Pairing block i with block blocks - 1 - i (until
+# 2026-12-04) made every unit cost the same, but twice as coarse: where the pairs did not fill
+# the last round most programs sat idle in it (Qwen2-7B B4 S3000, 192 pairs on 132 SMs: 0.73 of
+# the even share; the snake: 0.91, as the non-persistent grid).
 @gluon.jit
-def _block_units(BH, blocks, CAUSAL: gl.constexpr):
+def _block_units(BH, blocks):
     """Work units of a persistent launch over BH (batch, kv head) pairs of `blocks` key blocks."""
-    if CAUSAL:
-        return (blocks + 1) // 2 * BH
-    else:
-        return blocks * BH
+    return blocks * BH
 
 
 @gluon.jit
-def _unit_blocks(unit, blocks, CAUSAL: gl.constexpr):
-    """Key blocks in a unit: two, or one for the middle block of an odd count, or one without
-    a mask."""
+def _unit_block(unit, BH, blocks, CAUSAL: gl.constexpr):
+    """(key block, batch·kv head) of work unit `unit` of this program."""
     if CAUSAL:
-        i = unit % ((blocks + 1) // 2)
-        return 1 + (2 * i + 1 != blocks)
-    else:
-        return 1
-
-
-@gluon.jit
-def _unit_block(unit, half, blocks, CAUSAL: gl.constexpr):
-    """(key block, batch·kv head) of a unit's block `half`."""
-    if CAUSAL:
-        per_head = (blocks + 1) // 2
-        i = unit % per_head
-        return i + half * (blocks - 1 - 2 * i), unit // per_head
+        rank = snake_rank(unit, blocks * BH)  # rank 0 is block 0, which sees every query
+        return rank // BH, rank % BH
     else:
         return unit % blocks, unit // blocks
 
@@ -352,17 +340,15 @@ def _dkdv_load_persistent(q_desc, k_desc, v_desc, do_desc, smem, bars, lse_ptr, 
     stage = 0
     phase = 0
     it = 0  # key blocks so far
-    for unit in range(gl.program_id(0), _block_units(B * Hkv, blocks, CAUSAL),
-                      gl.num_programs(0)):
-        for half in range(_unit_blocks(unit, blocks, CAUSAL)):
-            block, bh = _unit_block(unit, half, blocks, CAUSAL)
-            blk = _key_block_at(block, bh, Hq, Hkv, BLOCK_M, CAUSAL, KEY_TILES)
-            # a fresh barrier counts as having completed the phase before 0: block 0 loads at once
-            mbarrier.wait(bars.kv_free, (it & 1) ^ 1)
-            stage, phase = _load_block(q_desc, k_desc, v_desc, do_desc, smem, bars, lse_ptr,
-                                       delta_ptr, blk, Hq, Sq, sm_scale, stage, phase,
-                                       BLOCK_M, STAGES, KEY_TILES)
-            it += 1
+    for unit in range(gl.program_id(0), _block_units(B * Hkv, blocks), gl.num_programs(0)):
+        block, bh = _unit_block(unit, B * Hkv, blocks, CAUSAL)
+        blk = _key_block_at(block, bh, Hq, Hkv, BLOCK_M, CAUSAL, KEY_TILES)
+        # a fresh barrier counts as having completed the phase before 0: block 0 loads at once
+        mbarrier.wait(bars.kv_free, (it & 1) ^ 1)
+        stage, phase = _load_block(q_desc, k_desc, v_desc, do_desc, smem, bars, lse_ptr,
+                                   delta_ptr, blk, Hq, Sq, sm_scale, stage, phase,
+                                   BLOCK_M, STAGES, KEY_TILES)
+        it += 1
 
 
 @gluon.jit
@@ -619,17 +605,15 @@ def _dkdv_consume(smem, bars, lse_ptr, delta_ptr, dq_out, dk, dv,
         t = 0      # query tiles so far: ring slots, phases and dSᵀ slots run on across blocks
         it = 0     # key blocks so far
         zero = gl.to_tensor(0)  # (the ring's slot and phase come from t here)
-        for unit in range(gl.program_id(0), _block_units(B * Hkv, blocks, CAUSAL),
-                          gl.num_programs(0)):
-            for half in range(_unit_blocks(unit, blocks, CAUSAL)):
-                block, bh = _unit_block(unit, half, blocks, CAUSAL)
-                blk = _key_block_at(block, bh, Hq, Hkv, BLOCK_M, CAUSAL, 2)
-                t, _, _ = _consume_block(
-                    smem, bars, dq_out, dk, dv, dk_stride_b, dk_stride_h, dk_stride_s,
-                    dv_stride_b, dv_stride_h, dv_stride_s, blk, t, zero, zero, it,
-                    Hq, Sq, Sk, qk_scale, sm_scale, CONSUMER, BLOCK_M, HEAD_DIM, D, STAGES,
-                    CAUSAL, DQ_ADD, DQ_QUEUE, PERSISTENT)
-                it += 1
+        for unit in range(gl.program_id(0), _block_units(B * Hkv, blocks), gl.num_programs(0)):
+            block, bh = _unit_block(unit, B * Hkv, blocks, CAUSAL)
+            blk = _key_block_at(block, bh, Hq, Hkv, BLOCK_M, CAUSAL, 2)
+            t, _, _ = _consume_block(
+                smem, bars, dq_out, dk, dv, dk_stride_b, dk_stride_h, dk_stride_s,
+                dv_stride_b, dv_stride_h, dv_stride_s, blk, t, zero, zero, it,
+                Hq, Sq, Sk, qk_scale, sm_scale, CONSUMER, BLOCK_M, HEAD_DIM, D, STAGES,
+                CAUSAL, DQ_ADD, DQ_QUEUE, PERSISTENT)
+            it += 1
     else:
         blk = _key_block(Hq, Hkv, Sq, Sk, BLOCK_M, CAUSAL, 2)
         zero = gl.to_tensor(0)  # the counters are loop-carried tensors, not constexprs
