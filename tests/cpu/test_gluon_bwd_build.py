@@ -59,8 +59,9 @@ SPILL_ALLOWED = {"attn_bwd_dkdv_dq_tma": (32, (96, 128)),
 # The persistent dK/dV kernels (bwd.py, PERSISTENT) carry their work-unit counters around each
 # key block's tile loop: on 128-wide tiles ptxas keeps a few of them in the stack frame, stored
 # before a block's tile loop and reloaded after it (once a key block, none inside the loop; at
-# 104 bytes under causal, 40 without a mask, in the det1 kernel 24 under causal).
-PERSISTENT_SPILL_ALLOWED = {"attn_bwd_dkdv_dq_tma": 104, "attn_bwd_dkdv": 24}
+# 120 bytes under causal, 40 without a mask, in the det1 kernel 32 under causal: the causal
+# order's flag, bwd._snake_order, added 8-16 to the 104 and 24 before it).
+PERSISTENT_SPILL_ALLOWED = {"attn_bwd_dkdv_dq_tma": 120, "attn_bwd_dkdv": 32}
 
 
 @pytest.fixture(scope="module")
@@ -388,20 +389,39 @@ def test_causal_programs_start_longest_block_first_within_head_groups(monkeypatc
             assert mine == [(b, h) for h in range(g, heads) for b in range(blocks)]
 
 
-@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("BH,blocks,programs,snake", [
+    (16, 24, 132, True),    # Qwen2-7B B4 S3000: 16 (batch, kv head) pairs
+    (17, 24, 132, True),    # 17 x 12 = 204 pairs, 0.77 of 2 rounds
+    (17, 30, 132, False),   # 17 x 15 = 255 pairs, 0.97 of 2 rounds
+    (32, 64, 132, False),   # 1024 pairs, 0.97 of 8 rounds
+    (24, 12, 132, True),    # 144 pairs, 0.55 of 2 rounds
+    (512, 4, 132, False)])
+def test_persistent_causal_order_is_the_snake_for_few_heads_or_ragged_pairs(
+        monkeypatch, BH, blocks, programs, snake):
+    """bwd._snake_order: the snake where B·Hkv <= SNAKE_MAX_HEADS (16) or where the pairs would
+    fill less than 0.9 of their rounds; never without a mask."""
+    bwd = kernel_module("bwd")
+    monkeypatch.setattr(bwd, "gl", GridProgram(0, 0, programs, 1))
+    assert bool(bwd._snake_order.fn(BH, blocks, True)) is snake
+    assert bwd._snake_order.fn(BH, blocks, False) is False
+
+
+@pytest.mark.parametrize("causal,snake", [(False, False), (True, False), (True, True)])
 @pytest.mark.parametrize("programs", [1, 7, 132])
 @pytest.mark.parametrize("BH,blocks", [(1, 1), (1, 2), (3, 5), (2, 8), (512, 4), (7, 9),
                                        (16, 24), (8, 64)])
-def test_persistent_units_cover_every_key_block_once_in_a_balanced_order(monkeypatch, BH,
-                                                                         blocks, programs,
-                                                                         causal):
+def test_persistent_units_cover_every_key_block_once_in_a_balanced_order(
+        monkeypatch, BH, blocks, programs, causal, snake):
     """The persistent dK/dV kernels' work order, run as plain Python for every program of a
-    launch (bwd._block_units, _unit_block and grid.snake_rank are integer arithmetic; the GPU
-    runs the same source): every (batch·kv head, key block) is served exactly once. Without a
-    mask unit u is block u % blocks of head u // blocks. Under causal round r hands out the
-    blocks ranked longest first (block 0 across the heads, then block 1, ...) in program order
-    when r is even and in reverse when odd, so no program's work (query tiles of 128 rows,
-    blocks - block a block) exceeds the even share by more than one block's."""
+    launch (bwd._block_units, _unit_blocks, _unit_block and grid.snake_rank are integer
+    arithmetic; the GPU runs the same source), in both causal orders whatever _snake_order
+    would pick: every (batch·kv head, key block) is served exactly once. Without a mask unit u
+    is block u % blocks of head u // blocks. Pairs: a unit is block i and block blocks - 1 - i
+    of one head, the longer first, so every unit sees blocks + 1 blocks' worth of queries (the
+    middle block of an odd count alone). Snake: round r hands out the blocks ranked longest
+    first (block 0 across the heads, then block 1, ...) in program order when r is even and in
+    reverse when odd, so no program's work (query tiles of 128 rows, blocks - block a block)
+    exceeds the even share by more than one block's."""
     bwd, grid = kernel_module("bwd"), kernel_module("grid")
     monkeypatch.setattr(bwd, "snake_rank", grid.snake_rank.fn)
     served, loads = {}, []
@@ -410,24 +430,30 @@ def test_persistent_units_cover_every_key_block_once_in_a_balanced_order(monkeyp
         monkeypatch.setattr(bwd, "gl", program)
         monkeypatch.setattr(grid, "gl", program)
         load = 0
-        for unit in range(p, bwd._block_units.fn(BH, blocks), programs):
-            block, bh = bwd._unit_block.fn(unit, BH, blocks, causal)
-            assert 0 <= block < blocks and 0 <= bh < BH
-            assert (bh, block) not in served.values()
-            served[unit] = (bh, block)
-            load += blocks - block
+        for unit in range(p, bwd._block_units.fn(BH, blocks, snake, causal), programs):
+            spans = []
+            for half in range(bwd._unit_blocks.fn(unit, blocks, snake, causal)):
+                block, bh = bwd._unit_block.fn(unit, half, BH, blocks, snake, causal)
+                assert 0 <= block < blocks and 0 <= bh < BH
+                assert (bh, block) not in served.values()
+                served[(unit, half)] = (bh, block)
+                spans.append(blocks - block)  # query tiles of 128 rows a causal block sees
+            if causal and not snake:
+                assert spans == sorted(spans, reverse=True)
+                assert sum(spans) == (blocks + 1 if len(spans) == 2 else (blocks + 1) // 2)
+            load += sum(spans)
         loads.append(load)
     assert sorted(served.values()) == [(bh, k) for bh in range(BH) for k in range(blocks)]
     if not causal:
-        assert served == {u: (u // blocks, u % blocks) for u in range(BH * blocks)}
-        return
-    ranked = [(k, bh) for k in range(blocks) for bh in range(BH)]  # longest first
-    for first in range(0, BH * blocks, programs):
-        width = min(programs, BH * blocks - first)
-        order = [served[first + p] for p in range(width)]
-        expected = [(bh, k) for k, bh in ranked[first:first + width]]
-        assert order == (expected[::-1] if first // programs % 2 else expected)
-    assert max(loads) <= sum(loads) / programs + blocks
+        assert served == {(u, 0): (u // blocks, u % blocks) for u in range(BH * blocks)}
+    elif snake:
+        ranked = [(bh, k) for k in range(blocks) for bh in range(BH)]  # longest first
+        for first in range(0, BH * blocks, programs):
+            width = min(programs, BH * blocks - first)
+            order = [served[(first + p, 0)] for p in range(width)]
+            expected = ranked[first:first + width]
+            assert order == (expected[::-1] if first // programs % 2 else expected)
+        assert max(loads) <= sum(loads) / programs + blocks
 
 
 def test_persistent_kernels_launch_one_program_per_sm(bwd_archive):

@@ -237,27 +237,70 @@ def _key_block_at(block, bh, Hq, Hkv, BLOCK_M: gl.constexpr, CAUSAL: gl.constexp
     return KeyBlock(bh // Hkv, h_kv, n0, h_kv * group, h_kv * group + group, m_first)
 
 
-# A persistent dK/dV launch (PERSISTENT): one program per SM strides over work units of one
-# key block each. Without a mask a head's blocks are consecutive (the programs running side by
-# side share its Q and dO in L2). Under causal key block i of a head sees the queries from its
-# own first row on, so the blocks differ in work: the units are ranked longest first, block by
-# block across the heads, and handed out in a snake (grid.snake_rank), so what a program takes in
-# one round the next round evens out. Pairing block i with block blocks - 1 - i (until
-# 2026-12-04) made every unit cost the same, but twice as coarse: where the pairs did not fill
-# the last round most programs sat idle in it (Qwen2-7B B4 S3000, 192 pairs on 132 SMs: 0.73 of
-# the even share; the snake: 0.91, as the non-persistent grid).
+# A persistent dK/dV launch (PERSISTENT): one program per SM strides over work units. Without a
+# mask a unit is one key block, a head's blocks consecutive (the programs running side by side
+# share its Q and dO in L2). Under causal key block i of a head sees the queries from its own
+# first row on, so the blocks differ in work, and there are two orders (_snake_order picks one
+# per launch):
+#   pairs  a unit is block i with block blocks - 1 - i (together about blocks + 1 blocks' worth
+#          of queries, for every i; the middle block of an odd count alone), the longer first,
+#          a head's units consecutive: every unit costs the same and the programs side by side
+#          share a head's Q and dO, but where the pairs do not fill the last round most programs
+#          sit idle in it (Qwen2-7B B4 S3000: 192 pairs on 132 SMs, 0.73 of the even share);
+#   snake  a unit is one block, ranked longest first (block 0 across the heads, then block 1,
+#          ...) and handed out in a snake (grid.snake_rank): 0.91 there in a model, as the
+#          non-persistent grid, but the programs side by side read the Q and dO of as many heads
+#          as a round covers.
+# Run120 (docs/gluon-bwd.md, "Persistent causal order") timed the three persistent kernels both
+# ways at the causal bench rows: the snake over the pairs 1.13-1.21x at Qwen2-7B B4 S3000 and
+# 0.97-1.03x at the other rows of 8-16 (batch, kv head) pairs (S 8192-16384); at 32 pairs
+# 0.90-1.03x, at 64 and more 0.72-1.03x.
+SNAKE_MAX_HEADS = gl.constexpr(16)
+
+
 @gluon.jit
-def _block_units(BH, blocks):
+def _snake_order(BH, blocks, CAUSAL: gl.constexpr):
+    """Whether a persistent launch over BH (batch, kv head) pairs of `blocks` key blocks takes
+    them in the snake: under causal where BH <= SNAKE_MAX_HEADS, or where the pairs would fill
+    less than 0.9 of their rounds."""
+    if CAUSAL:
+        programs = gl.num_programs(0)
+        pairs = (blocks + 1) // 2 * BH
+        rounds = (pairs + programs - 1) // programs
+        return (BH <= SNAKE_MAX_HEADS) | (10 * pairs < 9 * rounds * programs)
+    else:
+        return False
+
+
+@gluon.jit
+def _block_units(BH, blocks, snake, CAUSAL: gl.constexpr):
     """Work units of a persistent launch over BH (batch, kv head) pairs of `blocks` key blocks."""
-    return blocks * BH
+    if CAUSAL:
+        return gl.where(snake, blocks * BH, (blocks + 1) // 2 * BH)
+    else:
+        return blocks * BH
 
 
 @gluon.jit
-def _unit_block(unit, BH, blocks, CAUSAL: gl.constexpr):
-    """(key block, batch·kv head) of work unit `unit` of this program."""
+def _unit_blocks(unit, blocks, snake, CAUSAL: gl.constexpr):
+    """Key blocks in a unit: two, or one (the snake's; the middle block of an odd count; without
+    a mask)."""
+    if CAUSAL:
+        i = unit % ((blocks + 1) // 2)
+        return gl.where(snake, 1, 1 + (2 * i + 1 != blocks))
+    else:
+        return 1
+
+
+@gluon.jit
+def _unit_block(unit, half, BH, blocks, snake, CAUSAL: gl.constexpr):
+    """(key block, batch·kv head) of block `half` of work unit `unit` of this program."""
     if CAUSAL:
         rank = snake_rank(unit, blocks * BH)  # rank 0 is block 0, which sees every query
-        return rank // BH, rank % BH
+        per_head = (blocks + 1) // 2
+        i = unit % per_head
+        return (gl.where(snake, rank // BH, i + half * (blocks - 1 - 2 * i)),
+                gl.where(snake, rank % BH, unit // per_head))
     else:
         return unit % blocks, unit // blocks
 
@@ -340,15 +383,18 @@ def _dkdv_load_persistent(q_desc, k_desc, v_desc, do_desc, smem, bars, lse_ptr, 
     stage = 0
     phase = 0
     it = 0  # key blocks so far
-    for unit in range(gl.program_id(0), _block_units(B * Hkv, blocks), gl.num_programs(0)):
-        block, bh = _unit_block(unit, B * Hkv, blocks, CAUSAL)
-        blk = _key_block_at(block, bh, Hq, Hkv, BLOCK_M, CAUSAL, KEY_TILES)
-        # a fresh barrier counts as having completed the phase before 0: block 0 loads at once
-        mbarrier.wait(bars.kv_free, (it & 1) ^ 1)
-        stage, phase = _load_block(q_desc, k_desc, v_desc, do_desc, smem, bars, lse_ptr,
-                                   delta_ptr, blk, Hq, Sq, sm_scale, stage, phase,
-                                   BLOCK_M, STAGES, KEY_TILES)
-        it += 1
+    snake = _snake_order(B * Hkv, blocks, CAUSAL)
+    for unit in range(gl.program_id(0), _block_units(B * Hkv, blocks, snake, CAUSAL),
+                      gl.num_programs(0)):
+        for half in range(_unit_blocks(unit, blocks, snake, CAUSAL)):
+            block, bh = _unit_block(unit, half, B * Hkv, blocks, snake, CAUSAL)
+            blk = _key_block_at(block, bh, Hq, Hkv, BLOCK_M, CAUSAL, KEY_TILES)
+            # a fresh barrier counts as having completed the phase before 0: block 0 loads at once
+            mbarrier.wait(bars.kv_free, (it & 1) ^ 1)
+            stage, phase = _load_block(q_desc, k_desc, v_desc, do_desc, smem, bars, lse_ptr,
+                                       delta_ptr, blk, Hq, Sq, sm_scale, stage, phase,
+                                       BLOCK_M, STAGES, KEY_TILES)
+            it += 1
 
 
 @gluon.jit
@@ -605,15 +651,18 @@ def _dkdv_consume(smem, bars, lse_ptr, delta_ptr, dq_out, dk, dv,
         t = 0      # query tiles so far: ring slots, phases and dSᵀ slots run on across blocks
         it = 0     # key blocks so far
         zero = gl.to_tensor(0)  # (the ring's slot and phase come from t here)
-        for unit in range(gl.program_id(0), _block_units(B * Hkv, blocks), gl.num_programs(0)):
-            block, bh = _unit_block(unit, B * Hkv, blocks, CAUSAL)
-            blk = _key_block_at(block, bh, Hq, Hkv, BLOCK_M, CAUSAL, 2)
-            t, _, _ = _consume_block(
-                smem, bars, dq_out, dk, dv, dk_stride_b, dk_stride_h, dk_stride_s,
-                dv_stride_b, dv_stride_h, dv_stride_s, blk, t, zero, zero, it,
-                Hq, Sq, Sk, qk_scale, sm_scale, CONSUMER, BLOCK_M, HEAD_DIM, D, STAGES,
-                CAUSAL, DQ_ADD, DQ_QUEUE, PERSISTENT)
-            it += 1
+        snake = _snake_order(B * Hkv, blocks, CAUSAL)
+        for unit in range(gl.program_id(0), _block_units(B * Hkv, blocks, snake, CAUSAL),
+                          gl.num_programs(0)):
+            for half in range(_unit_blocks(unit, blocks, snake, CAUSAL)):
+                block, bh = _unit_block(unit, half, B * Hkv, blocks, snake, CAUSAL)
+                blk = _key_block_at(block, bh, Hq, Hkv, BLOCK_M, CAUSAL, 2)
+                t, _, _ = _consume_block(
+                    smem, bars, dq_out, dk, dv, dk_stride_b, dk_stride_h, dk_stride_s,
+                    dv_stride_b, dv_stride_h, dv_stride_s, blk, t, zero, zero, it,
+                    Hq, Sq, Sk, qk_scale, sm_scale, CONSUMER, BLOCK_M, HEAD_DIM, D, STAGES,
+                    CAUSAL, DQ_ADD, DQ_QUEUE, PERSISTENT)
+                it += 1
     else:
         blk = _key_block(Hq, Hkv, Sq, Sk, BLOCK_M, CAUSAL, 2)
         zero = gl.to_tensor(0)  # the counters are loop-carried tensors, not constexprs
