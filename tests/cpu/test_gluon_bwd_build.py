@@ -398,10 +398,12 @@ def test_causal_programs_start_longest_block_first_within_head_groups(monkeypatc
     (512, 4, 132, False)])
 def test_persistent_causal_order_is_the_snake_for_few_heads_or_ragged_pairs(
         monkeypatch, BH, blocks, programs, snake):
-    """bwd._snake_order: the snake where B·Hkv <= SNAKE_MAX_HEADS (16) or where the pairs would
+    """bwd._snake_order (grid.snake_order): the snake where B·Hkv <= 16 or where the pairs would
     fill less than 0.9 of their rounds; never without a mask."""
-    bwd = kernel_module("bwd")
-    monkeypatch.setattr(bwd, "gl", GridProgram(0, 0, programs, 1))
+    bwd, grid = kernel_module("bwd"), kernel_module("grid")
+    monkeypatch.setattr(grid, "gl", GridProgram(0, 0, programs, 1))
+    monkeypatch.setattr(grid, "SNAKE_MAX_STREAMS", grid.SNAKE_MAX_STREAMS.value)
+    monkeypatch.setattr(bwd, "snake_order", grid.snake_order.fn)
     assert bool(bwd._snake_order.fn(BH, blocks, True)) is snake
     assert bwd._snake_order.fn(BH, blocks, False) is False
 

@@ -55,7 +55,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma, warpgroup_mma_wait)
 from triton.language.core import _aggregate as aggregate
 
-from .grid import grouped_block_and_head, snake_rank
+from .grid import grouped_block_and_head, snake_order, snake_rank
 
 LOG2E = gl.constexpr(1.4426950408889634)  # the forward's LSE is natural-log; P uses exp2
 HALF_N = gl.constexpr(64)                  # keys per dK/dV consumer (one m64 wgmma row block)
@@ -240,8 +240,8 @@ def _key_block_at(block, bh, Hq, Hkv, BLOCK_M: gl.constexpr, CAUSAL: gl.constexp
 # A persistent dK/dV launch (PERSISTENT): one program per SM strides over work units. Without a
 # mask a unit is one key block, a head's blocks consecutive (the programs running side by side
 # share its Q and dO in L2). Under causal key block i of a head sees the queries from its own
-# first row on, so the blocks differ in work, and there are two orders (_snake_order picks one
-# per launch):
+# first row on, so the blocks differ in work, and there are two orders (grid.snake_order picks
+# one per launch):
 #   pairs  a unit is block i with block blocks - 1 - i (together about blocks + 1 blocks' worth
 #          of queries, for every i; the middle block of an odd count alone), the longer first,
 #          a head's units consecutive: every unit costs the same and the programs side by side
@@ -255,19 +255,12 @@ def _key_block_at(block, bh, Hq, Hkv, BLOCK_M: gl.constexpr, CAUSAL: gl.constexp
 # ways at the causal bench rows: the snake over the pairs 1.13-1.21x at Qwen2-7B B4 S3000 and
 # 0.97-1.03x at the other rows of 8-16 (batch, kv head) pairs (S 8192-16384); at 32 pairs
 # 0.90-1.03x, at 64 and more 0.72-1.03x.
-SNAKE_MAX_HEADS = gl.constexpr(16)
-
-
 @gluon.jit
 def _snake_order(BH, blocks, CAUSAL: gl.constexpr):
     """Whether a persistent launch over BH (batch, kv head) pairs of `blocks` key blocks takes
-    them in the snake: under causal where BH <= SNAKE_MAX_HEADS, or where the pairs would fill
-    less than 0.9 of their rounds."""
+    them in the snake (grid.snake_order); never without a mask."""
     if CAUSAL:
-        programs = gl.num_programs(0)
-        pairs = (blocks + 1) // 2 * BH
-        rounds = (pairs + programs - 1) // programs
-        return (BH <= SNAKE_MAX_HEADS) | (10 * pairs < 9 * rounds * programs)
+        return snake_order(BH, (blocks + 1) // 2 * BH)
     else:
         return False
 
