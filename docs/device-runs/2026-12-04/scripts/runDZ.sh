@@ -37,14 +37,17 @@ bash build_tools/tune_keys.sh rows_fwd_causal .carry/keys_rows_fwd_causal.json \
   $((330 - SECONDS)) $((345 - SECONDS))
 python3 -m attnpack.cli db merge --min-gain 1.01 aot/tuning_db/sm_90.jsonl \
   "$OUT/rows_fwd_causal.jsonl" -o aot/tuning_db/sm_90.jsonl \
-  > "$OUT/merge.txt" 2>&1 && cp aot/tuning_db/sm_90.jsonl "$OUT/sm_90_merged.txt"
-echo "merge rc $? at $SECONDS s"; tail -n 3 "$OUT/merge.txt"
+  > "$L/merge.txt" 2>&1 && cp aot/tuning_db/sm_90.jsonl "$OUT/sm_90_merged.txt"
+echo "merge rc $? at $SECONDS s"; tail -n 3 "$L/merge.txt"
 . build_tools/bench_env.sh "$L"
 timeout $((500 - SECONDS)) python3 -m attnpack.cli bench --ops fwd,fwdbwd --dtype bf16 --no-cold \
-  --no-dynamic --no-plots --out /tmp/bench > "$OUT/bench.txt" 2>&1
+  --no-dynamic --no-plots --out /tmp/bench > "$L/bench.txt" 2>&1
 echo "bench rc $? at $SECONDS s"; grep -A 8 "^## Summary" /tmp/bench/report.md | head -12
 cp /tmp/bench/results.json "$OUT/" 2>/dev/null
 timeout $((590 - SECONDS)) python3 -m pytest -q -p no:cacheprovider tests/gpu/test_torch_sdpa.py \
   > "$L/test_torch_sdpa.txt" 2>&1
 echo "test_torch_sdpa rc $? at $SECONDS s"; tail -n 1 "$L/test_torch_sdpa.txt"
+# at most 8 files come back: ab_fwd.json/.txt, rows_fwd_causal.jsonl, sm_90_merged.txt,
+# results.json, run.log and the rest in logs.tgz
+mv "$OUT/tune_rows_fwd_causal.txt" /tmp/tune-logs/tune_rows_fwd_causal.log "$L/" 2>/dev/null
 cd "$OUT" && tar czf logs.tgz logs && rm -rf logs
