@@ -22,7 +22,7 @@ from attnpack.builder import BuildRequest, build_archives
 from attnpack.builder.backends.triton import cuobjdump, disassemble
 from attnpack.builder.build import plan_variants
 from attnpack.family import FunctionalKey, load_families
-from gluon_plain import GridProgram, kernel_module, launch_order
+from gluon_plain import kernel_module, launch_order
 from test_runtime_fixtures import PARAM_ALIGN, PARAM_SIZE, param_offsets
 
 KERNEL = "gluon/fwd/bf16-d128-causal/M64_N128_stages2"
@@ -358,83 +358,35 @@ def test_descriptor_pitch_and_alignment_are_checked(gluon_archive):
 
 
 @pytest.mark.parametrize("consumers", [2, 3, 4])
-@pytest.mark.parametrize("causal,snake", [(False, False), (True, False), (True, True)])
-@pytest.mark.parametrize("programs", [1, 132])
+@pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("B,Hq,Sq", [(1, 1, 1), (1, 1, 128), (3, 5, 384), (2, 7, 640),
-                                     (64, 32, 256), (1, 16, 16384), (5, 3, 1000), (4, 28, 3000)])
-def test_persistent_units_cover_every_tile_once_in_a_balanced_order(monkeypatch, B, Hq, Sq,
-                                                                     programs, causal, snake,
-                                                                     consumers):
-    """The persistent forward's work order, run as plain Python for every program of a launch
-    (fwd._units, _unit_tiles, _tile and grid.snake_rank are integer arithmetic; the GPU runs
-    the same source), in both causal orders whatever _snake_order would pick: every (b, h, row
-    block) is served exactly once. Without a mask a unit is one row block, a head's
-    consecutive and its last first. Pairs: each unit visits row_blocks + 1 spans of a work
-    tile's rows in keys (the middle row block of an odd count alone), the longer row block
-    first. Snake: round r hands out the tiles ranked longest first (the last row block across
-    the heads, then the one before, ...) in program order when r is even and in reverse when
-    odd, so no program's work exceeds the even share by more than one tile's."""
-    fwd, grid = kernel_module("fwd"), kernel_module("grid")
-    monkeypatch.setattr(fwd, "snake_rank", grid.snake_rank.fn)
-    rows = consumers * 64
+                                     (64, 32, 256), (1, 16, 16384), (5, 3, 1000)])
+def test_persistent_units_cover_every_tile_once_at_equal_causal_cost(B, Hq, Sq, causal,
+                                                                      consumers):
+    """The persistent forward's work order, run as plain Python (fwd._units, _unit_tiles and
+    _tile are integer arithmetic; the GPU runs the same source): every (b, h, row block) is
+    served exactly once; under causal each unit visits row_blocks + 1 spans of a work tile's
+    rows in keys (the middle row block of an odd count is a unit alone), the longer row block
+    first; without a mask a unit is one row block, a head's consecutive and its last first."""
+    fwd, rows = kernel_module("fwd"), consumers * 64
     row_blocks = -(-Sq // rows)
-    served, loads = {}, []
-    for p in range(programs):
-        program = GridProgram(p, 0, programs, 1)
-        monkeypatch.setattr(fwd, "gl", program)
-        monkeypatch.setattr(grid, "gl", program)
-        load = 0
-        for unit in range(p, fwd._units.fn(B, Hq, row_blocks, snake, True, causal), programs):
-            spans = []
-            for half in range(fwd._unit_tiles.fn(unit, row_blocks, snake, True, causal)):
-                b, h, start = fwd._tile.fn(unit, half, row_blocks, B, Hq, snake, rows, True,
-                                           causal)
-                assert 0 <= b < B and 0 <= h < Hq and start % rows == 0
-                assert (b, h, start // rows) not in served.values()
-                served[(unit, half)] = (b, h, start // rows)
-                spans.append(start // rows + 1)
-            if causal and not snake:
-                assert spans == sorted(spans, reverse=True)  # the longer row block first
-                assert sum(spans) in (row_blocks + 1, (row_blocks + 1) // 2)
-            load += sum(spans)
-        loads.append(load)
-    assert sorted(served.values()) == [(b, h, r) for b in range(B) for h in range(Hq)
-                                       for r in range(row_blocks)]
-    heads = B * Hq
-    if not causal:
-        assert served == {(u, 0): (u // row_blocks // Hq, u // row_blocks % Hq,
-                                   row_blocks - 1 - u % row_blocks)
-                          for u in range(heads * row_blocks)}
-    elif snake:
-        ranked = [(bh // Hq, bh % Hq, r) for r in reversed(range(row_blocks))
-                  for bh in range(heads)]
-        for first in range(0, heads * row_blocks, programs):
-            width = min(programs, heads * row_blocks - first)
-            order = [served[(first + p, 0)] for p in range(width)]
-            expected = ranked[first:first + width]
-            assert order == (expected[::-1] if first // programs % 2 else expected)
-        assert max(loads) <= sum(loads) / programs + row_blocks
-
-
-@pytest.mark.parametrize("B,Hq,Hkv,Sq,programs,snake", [
-    (4, 28, 4, 3000, 132, True),      # Qwen2-7B B4 S3000: 16 (batch, kv head) pairs
-    (4, 32, 8, 4096, 132, False),     # 32 pairs of heads, 2048 pairs of row blocks: 0.97
-    (1, 40, 40, 640, 132, False),     # 40 heads, 120 pairs of row blocks: 0.91 of a round
-    (3, 8, 8, 1536, 132, True)])      # 24 heads, 144 pairs: 0.55 of 2 rounds
-def test_persistent_causal_order_is_the_snake_for_few_kv_heads_or_ragged_pairs(
-        monkeypatch, B, Hq, Hkv, Sq, programs, snake):
-    """fwd._snake_order (grid.snake_order): the snake where B·Hkv <= 16 or where the pairs of
-    row blocks (of 128 rows) would fill less than 0.9 of their rounds; never without a mask or
-    without PERSISTENT."""
-    fwd, grid = kernel_module("fwd"), kernel_module("grid")
-    program = GridProgram(0, 0, programs, 1)
-    monkeypatch.setattr(grid, "gl", program)
-    monkeypatch.setattr(grid, "SNAKE_MAX_STREAMS", grid.SNAKE_MAX_STREAMS.value)
-    monkeypatch.setattr(fwd, "snake_order", grid.snake_order.fn)
-    row_blocks = -(-Sq // 128)
-    assert bool(fwd._snake_order.fn(B, Hq, Hkv, row_blocks, True, True)) is snake
-    assert fwd._snake_order.fn(B, Hq, Hkv, row_blocks, True, False) is False
-    assert fwd._snake_order.fn(B, Hq, Hkv, row_blocks, False, True) is False
+    seen, costs = [], []
+    for unit in range(fwd._units.fn(B, Hq, row_blocks, True, causal)):
+        spans = []
+        for half in range(fwd._unit_tiles.fn(unit, row_blocks, True, causal)):
+            b, h, start = fwd._tile.fn(unit, half, row_blocks, Hq, rows, True, causal)
+            assert 0 <= b < B and 0 <= h < Hq and start % rows == 0
+            seen.append((b, h, start // rows))
+            spans.append(start // rows + 1)
+        assert spans == sorted(spans, reverse=True)  # the longer row block first
+        costs.append(sum(spans))
+    assert sorted(seen) == [(b, h, r) for b in range(B) for h in range(Hq)
+                            for r in range(row_blocks)]
+    if causal:
+        middle = [(row_blocks + 1) // 2] if row_blocks % 2 else []
+        assert sorted(set(costs)) == sorted(set([row_blocks + 1] * (row_blocks > 1) + middle))
+    else:
+        assert costs == [row_blocks - (u % row_blocks) for u in range(len(costs))]
 
 
 class _IntegerGl:
@@ -665,7 +617,7 @@ def test_non_persistent_causal_tiles_start_longest_first_within_head_groups(
     for _ in launch_order(monkeypatch, fwd, row_blocks, heads):
         for causal in (True, False):
             unit = fwd._one_tile_unit.fn(row_blocks, causal)
-            _, h, start = fwd._tile.fn(unit, 0, row_blocks, 1, heads, False, 1, False, causal)
+            _, h, start = fwd._tile.fn(unit, 0, row_blocks, heads, 1, False, causal)
             order[causal].append((h, start))
     every = sorted((h, r) for h in range(heads) for r in range(row_blocks))
     assert sorted(order[True]) == every and sorted(order[False]) == every

@@ -169,11 +169,7 @@ def test_forward_and_triton_backward_match_math_sdpa(archives, B, Hq, Hkv, Sq, S
 # four consumers' 256-row tiles R 2, 3, 4, and consumers 2 and 3 idle at S 384 and 640) and more
 # units than an H200 has programs, so every program serves several units across heads and
 # batches.
-# Under causal the first three take their row blocks in the snake (fwd._snake_order: few KV
-# heads, or pairs that would leave their last round ragged), over several rounds; B8 Hkv4 S2048
-# in pairs (32 (batch, kv head) pairs, 0.97 of their rounds at 2 consumers).
-@pytest.mark.parametrize("B,Hq,Hkv,S", [(5, 7, 7, 640), (3, 8, 2, 384), (9, 16, 4, 1024),
-                                        (8, 16, 4, 2048)])
+@pytest.mark.parametrize("B,Hq,Hkv,S", [(5, 7, 7, 640), (3, 8, 2, 384), (9, 16, 4, 1024)])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("D", [64, 128])
 def test_persistent_units_cover_every_row_block(archives, B, Hq, Hkv, S, causal, D):

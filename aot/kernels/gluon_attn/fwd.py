@@ -41,7 +41,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
 from triton.language.core import _aggregate as aggregate
 
 from . import named_barrier
-from .grid import grouped_block_and_head, snake_order, snake_rank
+from .grid import grouped_block_and_head
 
 LN2 = gl.constexpr(0.6931471805599453)  # ln 2: lse is natural-log
 LOG2E = gl.constexpr(1.4426950408889634)
@@ -63,32 +63,18 @@ def _kv_tiles(start, Sk, TILE_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl
 
 
 @gluon.jit
-def _work(B, Hq, Hkv, Sq, TILE_M: gl.constexpr, PERSISTENT: gl.constexpr,
-          CAUSAL: gl.constexpr):
-    """(first, end, step, row_blocks, snake): this program serves work units
-    range(first, end, step), each of _unit_tiles work tiles of TILE_M rows, in the snake order
-    or not (_snake_order)."""
+def _work(B, Hq, Sq, TILE_M: gl.constexpr, PERSISTENT: gl.constexpr, CAUSAL: gl.constexpr):
+    """(first, end, step, row_blocks): this program serves work units range(first, end, step),
+    each of _unit_tiles work tiles of TILE_M rows."""
     row_blocks = gl.cdiv(Sq, TILE_M)
-    snake = _snake_order(B, Hq, Hkv, row_blocks, PERSISTENT, CAUSAL)
-    end = _units(B, Hq, row_blocks, snake, PERSISTENT, CAUSAL)
+    end = _units(B, Hq, row_blocks, PERSISTENT, CAUSAL)
     if PERSISTENT:
         first = gl.program_id(0)
         step = gl.num_programs(0)
     else:
         first = _one_tile_unit(row_blocks, CAUSAL)
         step = end
-    return first, end, step, row_blocks, snake
-
-
-@gluon.jit
-def _snake_order(B, Hq, Hkv, row_blocks, PERSISTENT: gl.constexpr, CAUSAL: gl.constexpr):
-    """Whether a persistent causal launch takes its work tiles one at a time, ranked longest
-    first in a snake, instead of in pairs of equal cost (grid.snake_order: where B·Hkv <= 16
-    or the pairs would leave their last round ragged)."""
-    if PERSISTENT and CAUSAL:
-        return snake_order(B * Hkv, (row_blocks + 1) // 2 * B * Hq)
-    else:
-        return False
+    return first, end, step, row_blocks
 
 
 @gluon.jit
@@ -107,17 +93,17 @@ def _one_tile_unit(row_blocks, CAUSAL: gl.constexpr):
 # _units, _unit_tiles and _tile are integer arithmetic only, so tests/cpu/test_gluon_family.py
 # runs them as plain Python (their `.fn`) and checks that the units cover each tile once.
 @gluon.jit
-def _units(B, Hq, row_blocks, snake, PERSISTENT: gl.constexpr, CAUSAL: gl.constexpr):
+def _units(B, Hq, row_blocks, PERSISTENT: gl.constexpr, CAUSAL: gl.constexpr):
     """Work units of a launch: a head's row blocks, paired (_unit_tiles) in persistent causal
-    programs unless in the snake."""
+    programs."""
     if PERSISTENT and CAUSAL:
-        return gl.where(snake, row_blocks * B * Hq, (row_blocks + 1) // 2 * B * Hq)
+        return (row_blocks + 1) // 2 * B * Hq
     else:
         return row_blocks * B * Hq
 
 
 @gluon.jit
-def _unit_tiles(unit, row_blocks, snake, PERSISTENT: gl.constexpr, CAUSAL: gl.constexpr):
+def _unit_tiles(unit, row_blocks, PERSISTENT: gl.constexpr, CAUSAL: gl.constexpr):
     """Work tiles in a unit. Persistent programs take units round-robin, so every unit must
     cost the same. Under causal one pairs row block i of a head with row block
     row_blocks - 1 - i: they visit i + 1 and row_blocks - i spans of a work tile's rows in keys,
@@ -125,38 +111,28 @@ def _unit_tiles(unit, row_blocks, snake, PERSISTENT: gl.constexpr, CAUSAL: gl.co
     row blocks round-robin did not balance: where the program count (132 on an H200) is a
     multiple of the row-block count (2 or 4 at sequence length 256 or 512) a program met the
     same row block in every head it visited, so one program had up to 4x another's work.
-    Otherwise a unit is one tile: in the snake (_tile), without a mask (all cost the same), and
-    without PERSISTENT (the hardware balances programs by handing out the next as one ends)."""
+    Otherwise a unit is one tile: without a mask all cost the same, and without PERSISTENT the
+    hardware balances programs by handing out the next as one ends."""
     if PERSISTENT and CAUSAL:
         i = unit % ((row_blocks + 1) // 2)
-        return gl.where(snake, 1, 1 + (2 * i + 1 != row_blocks))
+        return 1 + (2 * i + 1 != row_blocks)
     else:
         return 1
 
 
 @gluon.jit
-def _tile(unit, half, row_blocks, B, Hq, snake, TILE_M: gl.constexpr,
-          PERSISTENT: gl.constexpr, CAUSAL: gl.constexpr):
+def _tile(unit, half, row_blocks, Hq, TILE_M: gl.constexpr, PERSISTENT: gl.constexpr,
+          CAUSAL: gl.constexpr):
     """(b, h, first query row) of a unit's tile `half`. A head's units are consecutive, so
     programs running side by side share its K/V in L2 (pairing row blocks under causal puts
     twice as many heads side by side; measured slower without a mask, where nothing needs
     balancing), and the longer row block comes first. A one-tile unit is
-    bh * row_blocks + (row_blocks - 1 - row block). In the snake (persistent causal, few KV
-    heads or ragged pairs) unit u stands for rank grid.snake_rank(u) of the tiles ranked longest
-    first: the last row block across the heads, then the one before, ... (the query heads of a
-    KV head side by side)."""
+    bh * row_blocks + (row_blocks - 1 - row block)."""
     if PERSISTENT and CAUSAL:
-        # A branch, not a select of both: the consumers compute this between tiles, and the
-        # pairs' kernels with the snake's divisions beside theirs measured 1-2 % slower (run122).
-        if snake:
-            rank = snake_rank(unit, row_blocks * B * Hq)
-            bh = rank % (B * Hq)
-            row_block = row_blocks - 1 - rank // (B * Hq)
-        else:
-            per_head = (row_blocks + 1) // 2
-            i = unit % per_head
-            bh = unit // per_head
-            row_block = i + (1 - half) * (row_blocks - 1 - 2 * i)  # half 0: rb - 1 - i
+        per_head = (row_blocks + 1) // 2
+        bh = unit // per_head
+        i = unit % per_head
+        row_block = i + (1 - half) * (row_blocks - 1 - 2 * i)  # half 0: row_blocks - 1 - i
     else:
         bh = unit // row_blocks
         row_block = row_blocks - 1 - unit % row_blocks
@@ -208,19 +184,18 @@ def _load(q_desc, k_desc, v_desc, smem, bars, B, Hq, Hkv, Sq, Sk,
           BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
           CAUSAL: gl.constexpr, PERSISTENT: gl.constexpr, CONSUMERS: gl.constexpr):
     TILE_M: gl.constexpr = CONSUMERS * BLOCK_M
-    first, end, step, row_blocks, snake = _work(B, Hq, Hkv, Sq, TILE_M, PERSISTENT, CAUSAL)
+    first, end, step, row_blocks = _work(B, Hq, Sq, TILE_M, PERSISTENT, CAUSAL)
     if PERSISTENT:
         count = 0  # K/V tiles loaded so far: ring slots and phases run on across work tiles
         it = 0     # work tiles so far
         for unit in range(first, end, step):
-            for half in range(_unit_tiles(unit, row_blocks, snake, PERSISTENT, CAUSAL)):
-                b, h, start = _tile(unit, half, row_blocks, B, Hq, snake, TILE_M, PERSISTENT,
-                                    CAUSAL)
+            for half in range(_unit_tiles(unit, row_blocks, PERSISTENT, CAUSAL)):
+                b, h, start = _tile(unit, half, row_blocks, Hq, TILE_M, PERSISTENT, CAUSAL)
                 count = _load_tile(q_desc, k_desc, v_desc, smem, bars, b, h, start, count, it,
                                    Hq, Hkv, Sk, BLOCK_M, BLOCK_N, STAGES, CAUSAL, CONSUMERS)
                 it += 1
     else:
-        b, h, start = _tile(first, 0, row_blocks, B, Hq, snake, TILE_M, PERSISTENT, CAUSAL)
+        b, h, start = _tile(first, 0, row_blocks, Hq, TILE_M, PERSISTENT, CAUSAL)
         count = _load_tile(q_desc, k_desc, v_desc, smem, bars, b, h, start, 0, 0, Hq, Hkv, Sk,
                            BLOCK_M, BLOCK_N, STAGES, CAUSAL, CONSUMERS)
     # The releases of the last STAGES tiles, which no load waits for: taken here, so every
@@ -632,7 +607,7 @@ def _epilogue(acc, m_i, l_i, o_desc, o_smem, lse_ptr, b, h, row0, Hq, Sq, sm_sca
 
 
 @gluon.jit
-def _consume(o_desc, lse_ptr, smem, bars, B, Hq, Hkv, Sq, Sk, sm_scale,
+def _consume(o_desc, lse_ptr, smem, bars, B, Hq, Sq, Sk, sm_scale,
              CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr, BLOCK_M: gl.constexpr,
              BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
              CAUSAL: gl.constexpr, OVERLAP: gl.constexpr, PERSISTENT: gl.constexpr):
@@ -644,16 +619,15 @@ def _consume(o_desc, lse_ptr, smem, bars, B, Hq, Hkv, Sq, Sk, sm_scale,
     # P stays in registers as wgmma's A operand, never touching shared memory.
     p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2)
 
-    first, end, step, row_blocks, snake = _work(B, Hq, Hkv, Sq, CONSUMERS * BLOCK_M, PERSISTENT,
-                                                CAUSAL)
+    first, end, step, row_blocks = _work(B, Hq, Sq, CONSUMERS * BLOCK_M, PERSISTENT, CAUSAL)
     if CONSUMER == CONSUMERS - 1:
         _pass_turn(CONSUMER, CONSUMERS)  # consumer 0 takes the first turn
     if PERSISTENT:
         count = 0  # K/V tiles (and turns) taken so far
         it = 0     # work tiles so far
         for unit in range(first, end, step):
-            for half in range(_unit_tiles(unit, row_blocks, snake, PERSISTENT, CAUSAL)):
-                b, h, start = _tile(unit, half, row_blocks, B, Hq, snake, CONSUMERS * BLOCK_M,
+            for half in range(_unit_tiles(unit, row_blocks, PERSISTENT, CAUSAL)):
+                b, h, start = _tile(unit, half, row_blocks, Hq, CONSUMERS * BLOCK_M,
                                     PERSISTENT, CAUSAL)
                 n_tiles = _consume_tile(o_desc, lse_ptr, smem, bars, b, h, start, count, it,
                                         Hq, Sq, Sk, sm_scale, s_layout, o_layout, p_layout,
@@ -664,8 +638,7 @@ def _consume(o_desc, lse_ptr, smem, bars, B, Hq, Hkv, Sq, Sk, sm_scale,
     else:
         # One work tile, and no loop around it: loop-carried counters would cost registers
         # that the overlapped schedule at head dim 128 does not have to spare.
-        b, h, start = _tile(first, 0, row_blocks, B, Hq, snake, CONSUMERS * BLOCK_M, PERSISTENT,
-                            CAUSAL)
+        b, h, start = _tile(first, 0, row_blocks, Hq, CONSUMERS * BLOCK_M, PERSISTENT, CAUSAL)
         _consume_tile(o_desc, lse_ptr, smem, bars, b, h, start, 0, 0,
                       Hq, Sq, Sk, sm_scale, s_layout, o_layout, p_layout,
                       CONSUMER, CONSUMERS, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP)
@@ -762,7 +735,7 @@ def attn_fwd_pingpong(q_desc, k_desc, v_desc, o_desc, lse_ptr, B, Hq, Hkv, Sq, S
     # unwraps its right operand's constexprs). So one comprehension over constexpr indices
     # builds every partition's tuple in place: 0..CONSUMERS-1 the consumers, then the loader.
     gl.warp_specialize(
-        [(_consume, (o_desc, lse_ptr, smem, bars, B, Hq, Hkv, Sq, Sk, sm_scale, c, CONSUMERS,
+        [(_consume, (o_desc, lse_ptr, smem, bars, B, Hq, Sq, Sk, sm_scale, c, CONSUMERS,
                      BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP, PERSISTENT))
          if c < CONSUMERS else
          (_load, (q_desc, k_desc, v_desc, smem, bars, B, Hq, Hkv, Sq, Sk,

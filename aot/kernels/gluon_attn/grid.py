@@ -17,8 +17,9 @@ from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
 HEAD_GROUP = gl.constexpr(8)
-# A persistent causal launch takes its work in the snake (snake_order) where it has at most this
-# many (batch, kv head) pairs (run120-run121, docs/gluon-bwd.md, "Persistent causal order").
+# A persistent causal backward launch takes its work in the snake (snake_order) where it has at
+# most this many (batch, kv head) pairs (run120-run121, docs/gluon-bwd.md, "Persistent causal
+# order").
 SNAKE_MAX_STREAMS = gl.constexpr(16)
 
 
@@ -58,10 +59,13 @@ def snake_rank(unit, units):
 def snake_order(kv_streams, pairs):
     """Whether a persistent causal launch over `kv_streams` (batch, kv head) pairs takes its
     work ranked longest first in the snake (snake_rank) rather than as `pairs` units of equal
-    cost, a head's consecutive (fwd._tile, bwd._unit_block): where kv_streams <=
-    SNAKE_MAX_STREAMS, or where the pairs would fill less than 0.9 of their rounds. The snake
-    balances to within a unit of the even share; the pairs keep the programs side by side on
-    one head, whose K and V (forward) or Q and dO (backward) they then share in L2."""
+    cost, a head's consecutive (bwd._unit_block): where kv_streams <= SNAKE_MAX_STREAMS, or
+    where the pairs would fill less than 0.9 of their rounds. The snake balances to within a
+    unit of the even share; the pairs keep the programs side by side on one head, whose Q and
+    dO they then share in L2. The backward's only: the forward's persistent kernels with this
+    rule read 1-2 % slower at every row that kept the pairs, whether the consumers selected
+    between both orders' tile coordinates or branched (run122-run123), and gained 0.4-6 % only
+    at B·Hkv <= 16 (docs/gluon-bwd.md, "Persistent causal order")."""
     programs = gl.num_programs(0)
     rounds = (pairs + programs - 1) // programs
     return (kv_streams <= SNAKE_MAX_STREAMS) | (10 * pairs < 9 * rounds * programs)
