@@ -11,7 +11,8 @@ first, group after group. At GQA 8 a group is one KV head's query heads. (docs/g
 "Longest first within head groups"; docs/gluon-family.md, "Where the time goes", item 13.)
 
 A persistent launch (one program per SM, each striding over work units) has no hardware
-handing out the next program: snake_rank orders its units instead.
+handing out the next program: the backward's dK/dV launch orders its causal units with
+snake_rank where snake_order says so (the forward's pairs its row blocks, fwd._unit_tiles).
 """
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -45,10 +46,11 @@ def snake_rank(unit, units):
     launch's `units` pieces of work are ranked longest first and each program takes the units
     program_id(0) + r·programs, r = 0, 1, ... Even rounds give the ranks out in program order,
     odd rounds in reverse (a last round of fewer units over the programs that have one), so the
-    program that took the longest of one round takes the shortest of the next. A model of 132
-    SMs puts it within 0.97-1.0 of the even share on the backward's causal bench rows, near
-    list scheduling of the ranked work (which needs a shared counter); docs/gluon-bwd.md,
-    "Persistent causal order"."""
+    program that took the longest of one round takes the shortest of the next: no program gets
+    more than one unit's work above the even share. A model of 132 SMs puts it at 0.91 of the
+    even share at Qwen2-7B B4 S3000's backward (the pairs 0.73; the non-persistent grid,
+    balanced by the hardware, 0.91) and 0.97-1.0 at the other causal bench rows
+    (docs/gluon-bwd.md, "Persistent causal order")."""
     programs = gl.num_programs(0)
     first = unit - gl.program_id(0)                      # this round's first unit
     width = gl.minimum(units - first, programs)          # units in this round
