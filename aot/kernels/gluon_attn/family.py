@@ -39,9 +39,10 @@ The backward (bwd.py), three launches per variant. Config knobs:
               head dims 96 and 128 without a mask only (`excluded` says why)
   qN          (det 1) key rows per K/V tile of the dQ kernel
   qS          (det 1) the dQ kernel's K/V ring depth, where it differs from `stages`
-  persistent  1: one dK/dV program per SM strides over the key blocks (pairs of them under
-              causal), K and V of the next block loading while the last one's dK and dV are
-              stored; absent: one program per key block
+  persistent  1: one dK/dV program per SM strides over the key blocks (under causal in pairs,
+              or ranked longest first in a snake where B·Hkv <= 16 or the pairs would leave
+              their last round ragged: bwd._snake_order), K and V of the next block loading
+              while the last one's dK and dV are stored; absent: one program per key block
   wide        (head dim 256 only) 1: the dK/dV program owns 64 keys and its two consumers
               split the head dim (bwd_wide.py); det 0 adds dQ with fp32 atomics, det 1 has a
               dQ kernel split the same way (64 query rows a program, key tiles of 64)
