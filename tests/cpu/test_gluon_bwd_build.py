@@ -111,26 +111,32 @@ def test_no_spills_and_shared_memory_fits(bwd_archive):
             warps = 12 if step["name"] in ("bwd_dkdv", "bwd_dq") else 4
             assert step["block"] == [32 * warps, 1, 1], where
             seen += 1
-    assert seen == 3 * (12 * CONFIGS_PER_KEY + DQQ_KERNELS + WIDE_KERNELS)
+    # three steps a kernel, two in the deterministic ones but the wide (dQ, then dK/dV)
+    det = sum(1 for k in ar.kernels if "_det1" in k["name"] and "_wide1" not in k["name"])
+    assert seen == 3 * (12 * CONFIGS_PER_KEY + DQQ_KERNELS + WIDE_KERNELS) - det
 
 
 def test_steps_and_workspace_per_variant(bwd_archive):
     ar = read_archive(bwd_archive)
     fast, det = ar.kernel(FAST), ar.kernel(DET)
     assert [s["name"] for s in fast["steps"]] == ["bwd_preprocess", "bwd_dkdv", "bwd_dq_convert"]
-    assert [s["name"] for s in det["steps"]] == ["bwd_preprocess", "bwd_dkdv", "bwd_dq"]
+    # the deterministic dQ kernel computes Δ and runs first: no preprocess
+    assert [s["name"] for s in det["steps"]] == ["bwd_dq", "bwd_dkdv"]
     assert fast["workspace"] == [{"name": "delta", "shape": ["B", "Hq", "Sq"]},
                                  {"name": "dq_accum", "shape": ["B", "Hq", "Sq", "D"]}]
     assert det["workspace"] == [{"name": "delta", "shape": ["B", "Hq", "Sq"]}]
     words = lambda k, i: [p[0] for p in k["steps"][i]["params"]]
     assert "dq_accum" in words(fast, 0) and "dq_accum" in words(fast, 1)
-    assert not any("dq_accum" in words(det, i) for i in range(3))
+    assert not any("dq_accum" in words(det, i) for i in range(2))
+    # its dQ step reads O as it is (strides) and writes Δ, which the dK/dV step reads
+    assert {"o", "o_stride_b", "o_stride_h", "o_stride_s", "delta"} <= set(words(det, 0))
+    assert "delta" in words(det, 1) and "o" not in words(det, 1)
     # dK/dV: one program per 128 keys of a kv head; dQ: one per 128 query rows of a query head
     assert fast["steps"][1]["grid"] == [[["Sk", 128]], [["B", 1], ["Hkv", 1]], []]
-    assert det["steps"][2]["grid"] == [[["Sq", 128]], [["B", 1], ["Hq", 1]], []]
+    assert det["steps"][0]["grid"] == [[["Sq", 128]], [["B", 1], ["Hq", 1]], []]
     assert [m["param"] for m in fast["steps"][1]["tensormaps"]] == ["q_desc", "k_desc", "v_desc",
                                                                     "do_desc"]
-    assert [m["param"] for m in det["steps"][2]["tensormaps"]] == ["q_desc", "k_desc", "v_desc",
+    assert [m["param"] for m in det["steps"][0]["tensormaps"]] == ["q_desc", "k_desc", "v_desc",
                                                                    "do_desc", "dq_desc"]
     # the TMA-reduce variant: the same steps and workspace; its dK/dV kernel views the
     # accumulator through a tensor map of [M, D/2] fp32 boxes (two 32-column boxes each)
@@ -159,7 +165,8 @@ def test_determinism_is_declared_by_the_family():
 def test_recorded_launch_carves_the_dq_accumulator(bwd_archive):
     """B=2, Hq=8, Hkv=2, Sq=1000, Sk=300, D=128: Δ (B·Hq·Sq floats) then, 256-byte aligned, the
     accumulator (B·Hq·Sq·D floats); preprocess and dK/dV get its address, the convert too, and
-    the TMA variant's dK/dV a tensor map over it."""
+    the TMA variant's dK/dV a tensor map over it. The deterministic variant: its dQ kernel
+    first (one program per 128 query rows, Δ's address and O's), then dK/dV."""
     B, Hq, Hkv, Sq, Sk, D = 2, 8, 2, 1000, 300, 128
     ptrs = {t: 0x7f0000000000 + (i << 28) for i, t in
             enumerate(("q", "k", "v", "o", "do", "dq", "dk", "dv", "lse"))}
@@ -175,7 +182,7 @@ def test_recorded_launch_carves_the_dq_accumulator(bwd_archive):
             assert size == (delta_bytes if name == DET else acc_offset + 4 * B * Hq * Sq * D)
             bundle.backward(prob, workspace=base, workspace_size=size)
         launches = bundle.recorded_launches()["launches"]
-    assert len(launches) == 9
+    assert len(launches) == 8
     steps = ar.kernel(FAST)["steps"] + ar.kernel(DET)["steps"] + ar.kernel(TMA)["steps"]
     for launch, step in zip(launches, steps):
         types = [p[1] for p in step["params"]]
@@ -186,15 +193,16 @@ def test_recorded_launch_carves_the_dq_accumulator(bwd_archive):
             assert read("delta") == base
         if "dq_accum" in at:
             assert read("dq_accum") == base + acc_offset
-    acc_map = launches[7]["tensormaps"][-1]
+        if "o" in at:
+            assert read("o") == ptrs["o"]
+    acc_map = launches[6]["tensormaps"][-1]
     assert (acc_map["data_type"], acc_map["address"], acc_map["dims"], acc_map["box"]) == \
         (7, base + acc_offset, [D, Sq, Hq, B], [32, 64, 1, 1])
     grids = [launch["grid"] for launch in launches]
     fast_grids = [[math.ceil(Sq / 64), B * Hq, 1], [math.ceil(Sk / 128), B * Hkv, 1],
                   [math.ceil(Sq / 64), B * Hq, 1]]
-    assert grids == fast_grids + [[math.ceil(Sq / 64), B * Hq, 1],
-                                  [math.ceil(Sk / 128), B * Hkv, 1],
-                                  [math.ceil(Sq / 128), B * Hq, 1]] + fast_grids
+    assert grids == fast_grids + [[math.ceil(Sq / 128), B * Hq, 1],
+                                  [math.ceil(Sk / 128), B * Hkv, 1]] + fast_grids
 
 
 def test_head_dim_96_runs_on_128_wide_tiles(bwd_archive):

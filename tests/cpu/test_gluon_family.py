@@ -131,8 +131,9 @@ def test_padded_head_dims_load_tiles_of_the_next_power_of_two():
             for step in v.steps:
                 assert step.kernel.constexprs["HEAD_DIM"] == tile
                 assert {m.block[3] for m in step.tensormaps} <= {tile, tile // 2}
-                if v.op == "bwd" and step.name != "bwd_dq":  # TMA-only: needs no D
-                    # the plain-pointer steps, dK/dV stores and the dQ accumulator keep 96
+                if v.op == "bwd":
+                    # the plain-pointer steps (O in the dQ kernel too), dK/dV stores and the dQ
+                    # accumulator keep 96
                     assert step.kernel.constexprs["D"] == d
     assert gluon.key_excluded("sm_90", "bwd", FunctionalKey("bf16", 96, True)) is None
     assert gluon.key_excluded("sm_90", "bwd", FunctionalKey("bf16", 256, True)) is None  # wide

@@ -5,14 +5,14 @@ Given the forward's O and natural-log LSE, and the upstream gradient dO, it comp
     P  = exp(scale·QKᵀ − LSE)      dV = Pᵀ·dO        dP = dO·Vᵀ
     dS = P ⊙ (dP − Δ), Δ = rowsum(dO ⊙ O)       dK = scale·dSᵀ·Q      dQ = scale·dS·K
 
-in three launches, in one of two variants (the `det` knob of family.py):
+in three launches or two, in one of two variants (the `det` knob of family.py):
 
     fast (det 0)           preprocess: Δ, and dQ's fp32 accumulator zeroed
                            dK/dV kernel: dK, dV, and each tile's dQ share added with fp32 atomics
                            convert: dQ = scale · accumulator, in the input dtype
-    deterministic (det 1)  preprocess: Δ
+    deterministic (det 1)  dQ kernel: one program per query block computes Δ of its rows
+                           (stored for the next launch), then sums its dQ in registers
                            dK/dV kernel: dK, dV only
-                           dQ kernel: one program per query block sums its dQ in registers
 
 The atomics make the fast variant's dQ depend on the order programs finish in; the
 deterministic one recomputes P and dP in the dQ kernel (7 GEMMs per tile pair instead of 5)
@@ -38,9 +38,11 @@ right behind them instead (_dkdv_tile), which measured faster on the H200 only a
 without a mask (run94).
 
 dQ kernel (deterministic variant), one program per 128 query rows, shaped like the forward:
-a load warp streams K/V tiles through a ring; each consumer owns 64 query rows, recomputes
-S = Q·Kᵀ and dP = dO·Vᵀ, and accumulates dQ += dS·K with dS as a register operand. The GEMM
-of tile j runs behind the QKᵀ and dO·Vᵀ of tile j + 1.
+a load warp streams K/V tiles through a ring; each consumer owns 64 query rows, first computes
+their Δ from O (read from global memory while its Q and dO tiles land) and its dO tile, and
+stores it for the dK/dV kernel, which runs after it; then it recomputes S = Q·Kᵀ and
+dP = dO·Vᵀ, and accumulates dQ += dS·K with dS as a register operand. (The wide kernels of
+bwd_wide.py keep the preprocess.)
 
 Masks: rows past Sq load as zeros (TMA) with LSE = +inf, so P = 0 there with no mask; only
 tiles that cross the causal diagonal, or hold keys past Sk, are masked. Causal is top-left, as
@@ -988,10 +990,32 @@ def _dq_probabilities(s, lse, col0, rows, row0, Sk, sm_scale, s_layout: gl.const
 
 
 @gluon.jit
-def _dq_consume(dq_desc, smem, bars, lse_ptr, delta_ptr, Hq, Hkv, Sq, Sk, sm_scale,
+def _load_o_half(o, o_stride_b, o_stride_h, o_stride_s, b, h, row0, Sq, COL0: gl.constexpr,
+                 layout: gl.constexpr, D: gl.constexpr):
+    """O's 64 rows from row0 of (b, h), columns [COL0, COL0 + 64), from global memory as they
+    are (rows past Sq and columns past the head dim D as zeros)."""
+    rows = row0 + gl.arange(0, HALF_N, layout=gl.SliceLayout(1, layout))
+    cols = COL0 + gl.arange(0, HALF_N, layout=gl.SliceLayout(0, layout))
+    at = (o + b.to(gl.int64) * o_stride_b + h.to(gl.int64) * o_stride_h
+          + gl.expand_dims(rows.to(gl.int64) * o_stride_s, 1) + gl.expand_dims(cols, 0))
+    inside = gl.expand_dims(rows < Sq, 1) & gl.expand_dims(cols < D, 0)
+    return gl.load(at, mask=inside, other=0.0)
+
+
+@gluon.jit
+def _half_delta(o_half, do, COL0: gl.constexpr, layout: gl.constexpr):
+    """rowsum(dO ⊙ O) over 64 of the columns, dO from its landed shared tile."""
+    do_half = do.slice(COL0, HALF_N, dim=1).load(layout)
+    return gl.sum(o_half.to(gl.float32) * do_half.to(gl.float32), 1)
+
+
+@gluon.jit
+def _dq_consume(dq_desc, smem, bars, o, o_stride_b, o_stride_h, o_stride_s, lse_ptr, delta_ptr,
+                Hq, Hkv, Sq, Sk, sm_scale,
                 CONSUMER: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
-                STAGES: gl.constexpr, CAUSAL: gl.constexpr):
-    """dQ of this consumer's 64 query rows over the block's key tiles."""
+                D: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr):
+    """dQ of this consumer's 64 query rows over the block's key tiles; first Δ = rowsum(dO ⊙ O)
+    of those rows, which dS needs here and the dK/dV kernel (launched after this one) reads."""
     dtype: gl.constexpr = smem.q.dtype
     s_layout: gl.constexpr = _nvmma(BLOCK_N)          # S, dP: [64 queries, BLOCK_N keys]
     dq_layout: gl.constexpr = _nvmma(HEAD_DIM)        # dQ: [64, HEAD_DIM]
@@ -1003,7 +1027,14 @@ def _dq_consume(dq_desc, smem, bars, lse_ptr, delta_ptr, Hq, Hkv, Sq, Sk, sm_sca
     rows = row0 + gl.arange(0, HALF_N, layout=row_layout)
     at = (blk.b * Hq + blk.h).to(gl.int64) * Sq + rows
     lse = gl.load(lse_ptr + at, mask=rows < Sq, other=float("inf"))
-    delta = gl.load(delta_ptr + at, mask=rows < Sq, other=0.0)
+    # O's rows are requested before the wait for Q and dO, so both latencies overlap; 16-byte
+    # vectors, 64 columns at a time (16 registers a thread each)
+    o_layout: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [4, 1], [1, 0])
+    o_lo = _load_o_half(o, o_stride_b, o_stride_h, o_stride_s, blk.b, blk.h, row0, Sq, 0,
+                        o_layout, D)
+    if HEAD_DIM > HALF_N:
+        o_hi = _load_o_half(o, o_stride_b, o_stride_h, o_stride_s, blk.b, blk.h, row0, Sq,
+                            HALF_N, o_layout, D)
     s_zero = gl.zeros([HALF_N, BLOCK_N], gl.float32, s_layout)
     # dQ is waited for at the end of each key tile. Kept in flight across tiles (its GEMM of tile
     # j finishing behind the QKᵀ and dO·Vᵀ of tile j + 1), ptxas found too few registers for
@@ -1014,6 +1045,12 @@ def _dq_consume(dq_desc, smem, bars, lse_ptr, delta_ptr, Hq, Hkv, Sq, Sk, sm_sca
     mbarrier.wait(bars.q_ready.index(CONSUMER), 0)
     q = smem.q.index(CONSUMER).reshape([HALF_N, HEAD_DIM])
     do = smem.do.index(CONSUMER).reshape([HALF_N, HEAD_DIM])
+    # ---- Δ = rowsum(dO ⊙ O): the deterministic variant's preprocess, folded in here
+    row_sum = _half_delta(o_lo, do, 0, o_layout)
+    if HEAD_DIM > HALF_N:
+        row_sum += _half_delta(o_hi, do, HALF_N, o_layout)
+    delta = gl.convert_layout(row_sum, row_layout)
+    gl.store(delta_ptr + at, delta, mask=rows < Sq)
     for j in range(blk.n_tiles):
         stage = j % STAGES
         mbarrier.wait(bars.kv_ready.index(stage), (j // STAGES) & 1)
@@ -1045,27 +1082,32 @@ def _dq_consume(dq_desc, smem, bars, lse_ptr, delta_ptr, Hq, Hkv, Sq, Sk, sm_sca
 
 
 @gluon.jit
-def _dq_consumer0(dq_desc, smem, bars, lse_ptr, delta_ptr, Hq, Hkv, Sq, Sk, sm_scale,
-                  BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
-                  CAUSAL: gl.constexpr):
-    _dq_consume(dq_desc, smem, bars, lse_ptr, delta_ptr, Hq, Hkv, Sq, Sk, sm_scale,
-                0, BLOCK_N, HEAD_DIM, STAGES, CAUSAL)
+def _dq_consumer0(dq_desc, smem, bars, o, o_stride_b, o_stride_h, o_stride_s, lse_ptr,
+                  delta_ptr, Hq, Hkv, Sq, Sk, sm_scale,
+                  BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, D: gl.constexpr,
+                  STAGES: gl.constexpr, CAUSAL: gl.constexpr):
+    _dq_consume(dq_desc, smem, bars, o, o_stride_b, o_stride_h, o_stride_s, lse_ptr, delta_ptr,
+                Hq, Hkv, Sq, Sk, sm_scale, 0, BLOCK_N, HEAD_DIM, D, STAGES, CAUSAL)
 
 
 @gluon.jit
-def _dq_consumer1(dq_desc, smem, bars, lse_ptr, delta_ptr, Hq, Hkv, Sq, Sk, sm_scale,
-                  BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
-                  CAUSAL: gl.constexpr):
-    _dq_consume(dq_desc, smem, bars, lse_ptr, delta_ptr, Hq, Hkv, Sq, Sk, sm_scale,
-                1, BLOCK_N, HEAD_DIM, STAGES, CAUSAL)
+def _dq_consumer1(dq_desc, smem, bars, o, o_stride_b, o_stride_h, o_stride_s, lse_ptr,
+                  delta_ptr, Hq, Hkv, Sq, Sk, sm_scale,
+                  BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, D: gl.constexpr,
+                  STAGES: gl.constexpr, CAUSAL: gl.constexpr):
+    _dq_consume(dq_desc, smem, bars, o, o_stride_b, o_stride_h, o_stride_s, lse_ptr, delta_ptr,
+                Hq, Hkv, Sq, Sk, sm_scale, 1, BLOCK_N, HEAD_DIM, D, STAGES, CAUSAL)
 
 
 @gluon.jit
-def attn_bwd_dq(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_ptr, delta_ptr,
-                Hq, Hkv, Sq, Sk, sm_scale,
-                BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
-                CAUSAL: gl.constexpr, CONSUMER_REGS: gl.constexpr, LOAD_REGS: gl.constexpr):
-    """Deterministic variant's dQ. grid: (cdiv(Sq, 128), B * Hq); num_warps = 4 (consumer 0)."""
+def attn_bwd_dq(q_desc, k_desc, v_desc, do_desc, dq_desc, o, o_stride_b, o_stride_h,
+                o_stride_s, lse_ptr, delta_ptr, Hq, Hkv, Sq, Sk, sm_scale,
+                BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, D: gl.constexpr,
+                STAGES: gl.constexpr, CAUSAL: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                LOAD_REGS: gl.constexpr):
+    """Deterministic variant's dQ, and Δ for the dK/dV kernel: the variant's first launch.
+    grid: (cdiv(Sq, 128), B * Hq); num_warps = 4 (consumer 0). HEAD_DIM is the tile width, D
+    the head dim (O is read with plain loads, its columns past D dropped)."""
     dtype: gl.constexpr = q_desc.dtype
     q = gl.allocate_shared_memory(dtype, [2] + q_desc.block_type.shape, q_desc.layout)
     smem = DqSmem(
@@ -1085,10 +1127,12 @@ def attn_bwd_dq(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_ptr, delta_ptr,
         mbarrier.init(bars.kv_free.index(i), count=2)   # both consumers release each tile
 
     gl.warp_specialize([
-        (_dq_consumer0, (dq_desc, smem, bars, lse_ptr, delta_ptr, Hq, Hkv, Sq, Sk, sm_scale,
-                         BLOCK_N, HEAD_DIM, STAGES, CAUSAL)),
-        (_dq_consumer1, (dq_desc, smem, bars, lse_ptr, delta_ptr, Hq, Hkv, Sq, Sk, sm_scale,
-                         BLOCK_N, HEAD_DIM, STAGES, CAUSAL)),
+        (_dq_consumer0, (dq_desc, smem, bars, o, o_stride_b, o_stride_h, o_stride_s, lse_ptr,
+                         delta_ptr, Hq, Hkv, Sq, Sk, sm_scale, BLOCK_N, HEAD_DIM, D, STAGES,
+                         CAUSAL)),
+        (_dq_consumer1, (dq_desc, smem, bars, o, o_stride_b, o_stride_h, o_stride_s, lse_ptr,
+                         delta_ptr, Hq, Hkv, Sq, Sk, sm_scale, BLOCK_N, HEAD_DIM, D, STAGES,
+                         CAUSAL)),
         (_dq_load, (q_desc, k_desc, v_desc, do_desc, smem, bars, Hq, Hkv, Sq, Sk,
                     BLOCK_N, STAGES, CAUSAL, 2)),
     ], [4, 1], [CONSUMER_REGS, LOAD_REGS])

@@ -25,13 +25,15 @@ Config knobs:
               divide sequence lengths of 1024 and up), head dim 64 and N = 64 only, 112
               registers a thread; absent: two
 
-The backward (bwd.py), three launches per variant. Config knobs:
+The backward (bwd.py): three launches in the fast variant (preprocess, dK/dV, convert), two in
+the deterministic one (dQ, whose programs compute Δ for their rows first, then dK/dV), three on
+the wide head-dim-256 kernels (preprocess, dK/dV, dQ). Config knobs:
   M           query rows per dK/dV step (the dK/dV program owns 128 keys, 64 per consumer)
   stages      depth of the dK/dV kernel's (Q, dO) ring, and of the dQ kernel's K/V ring
   det         0: fast. dQ is added into a workspace fp32 accumulator that the preprocess
                  zeroes, then converted: its bits depend on the order programs finish.
               1: deterministic. A separate dQ kernel sums each query block's dQ in registers,
-                 so every run gives the same bits.
+                 so every run gives the same bits; it runs first and leaves Δ for dK/dV.
   tma         (det 0) 1: each consumer's dQ share is staged in shared memory and added by one
               TMA reduce-add; absent: added from registers with fp32 atomics
   dqq         (det 0, tma 1) 1: each tile's dQ GEMM is queued right behind its dV and dK GEMMs
@@ -209,14 +211,15 @@ def _step(name, kernel, words, grid, constexprs, maps=()) -> Step:
 
 
 def _bwd_steps(key: FunctionalKey, config) -> tuple[Step, ...]:
-    """preprocess, dK/dV (with the atomic dQ when fast), then convert (fast) or dQ (det)."""
+    """Fast: preprocess (Δ, dQ's accumulator zeroed), dK/dV with dQ added, convert.
+    Deterministic: dQ (with Δ), then dK/dV; on the wide kernels preprocess, dK/dV, dQ."""
     d, m, det = tile_dim(key.head_dim), config["M"], bool(config["det"])
     dims = {"HEAD_DIM": d, "D": key.head_dim}
     rows = BWD_ROWS_PER_PROGRAM
     per_q_rows = ((("Sq", rows),), (("B", 1), ("Hq", 1)), ())
     regs = {"CONSUMER_REGS": BWD_CONSUMER_REGS, "LOAD_REGS": BWD_LOAD_REGS}
-    # The deterministic variant declares no accumulator; its preprocess gets delta in that
-    # slot and never writes it (ZERO_DQ is off).
+    # The deterministic variant declares no accumulator; its preprocess (the wide kernels'
+    # only) gets delta in that slot and never writes it (ZERO_DQ is off).
     pre_words = {"dq_accum": "delta" if det else "dq_accum"}
     preprocess = _step("bwd_preprocess", attn_bwd_preprocess, pre_words, per_q_rows,
                        {**dims, "BLOCK_M": rows, "ZERO_DQ": not det})
@@ -264,9 +267,11 @@ def _bwd_steps(key: FunctionalKey, config) -> tuple[Step, ...]:
                _tensor_map("dq_desc", "dq", 64, key))
     dq_grid = ((("Sq", BWD_QUERIES_PER_PROGRAM),), (("B", 1), ("Hq", 1)), ())
     dq = _step("bwd_dq", attn_bwd_dq, dkdv_words, dq_grid,
-               {"BLOCK_N": n, "HEAD_DIM": d, "STAGES": config.get("qS", config["stages"]),
+               {"BLOCK_N": n, **dims, "STAGES": config.get("qS", config["stages"]),
                 "CAUSAL": key.causal, **regs}, dq_maps)
-    return preprocess, dkdv, dq
+    # The dQ kernel computes Δ itself (from O and the dO tiles it holds) and leaves it for the
+    # dK/dV kernel: no preprocess, so it runs first.
+    return dq, dkdv
 
 
 def steps(arch: str, op: str, key: FunctionalKey, config) -> tuple[Step, ...]:
