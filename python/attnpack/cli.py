@@ -540,8 +540,9 @@ def db_seed(arch, out_path):
                    "entry's kernel, timed in the same run, by this factor (1.01: 1 %).")
 def db_merge(files, out_path, min_gain):
     """Merge databases of one arch, later FILES winning per key (a partial re-tune over the
-    shipped database). Entries without `deterministic` get it, and their fastest deterministic
-    candidate, from the families' declarations.
+    shipped database), except over an entry `held` by hand (its reason shows in `db show`).
+    Entries without `deterministic` get it, and their fastest deterministic candidate, from the
+    families' declarations.
 
     \b
     Example:
@@ -565,10 +566,12 @@ def db_merge(files, out_path, min_gain):
             merged.entries[key] = record_determinism(entry, is_deterministic)
     save_db(merged, out_path)
     nondet = sum(1 for e in merged.entries.values() if not e["deterministic"])
+    by_hand = sum(1 for k in held if merged.entries[k].get("held"))
     click.echo(f"{out_path}: {len(merged.entries)} entries ({nondet} not deterministic), "
                f"status {merged.provenance['status']}"
-               + (f"; {len(held)} kept their earlier kernel (gain under {min_gain}x)"
-                  if min_gain > 1.0 else ""))
+               + (f"; {len(held) - by_hand} kept their earlier kernel (gain under {min_gain}x)"
+                  if min_gain > 1.0 else "")
+               + (f"; {by_hand} held by hand kept theirs" if by_hand else ""))
 
 
 if __name__ == "__main__":

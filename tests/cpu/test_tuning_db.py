@@ -537,3 +537,47 @@ def test_tune_key_times_a_lowest_class_key_at_both_shapes_and_keeps_both(monkeyp
     assert entry["scores"]["c3"] < entry["scores"]["c4"]
     assert entry["time_us"] == entry["candidates"]["c3"]   # its time at the key's own shape
     assert "chosen by score" in lines[-1]
+
+
+def test_an_entry_held_by_hand_keeps_its_kernel_through_a_merge(tmp_path):
+    """The committed database holds the fp16 head-dim-64 Sq128 backward key at the triton
+    kernel (run127: dV of extreme fp16 values is exact there, not with the Gluon one): a later
+    database that timed a Gluon kernel faster does not replace it, a later entry with the same
+    kernel refreshes its times and keeps the reason, `db show` prints it, and a later entry
+    held by hand itself replaces it."""
+    from attnpack.tune.db import merge_dbs, render_show
+    committed = load_db(Path(__file__).resolve().parents[2] / "aot" / "tuning_db" / "sm_90.jsonl")
+    [held] = [e for e in committed.entries.values() if e.get("held")]
+    assert (held["op"], held["dtype"], held["head_dim"], held["causal"], held["sq"]) == \
+        ("bwd", "fp16", 64, False, 128) and held["kernel"].startswith("triton/")
+    assert "extreme" in held["held"]
+    gluon = "gluon/bwd/fp16-d64-full/M64_stages2_det1_qN64_persistent1"
+    faster = {**held, "kernel": gluon, "family": "gluon", "time_us": 1.0,
+              "candidates": {gluon: 1.0, held["kernel"]: 2.0}}
+    faster.pop("held")
+    old = TuningDb("sm_90", {"status": "tuned"})
+    old.put(held)
+    new = TuningDb("sm_90", {"status": "tuned"})
+    new.put(faster)
+    for min_gain in (1.0, 1.01):
+        merged, kept = merge_dbs([old, new], min_gain=min_gain)
+        [entry] = merged.entries.values()
+        assert entry["kernel"] == held["kernel"] and entry["held"] == held["held"]
+        assert len(kept) == 1
+    same = {**faster, "kernel": held["kernel"], "family": "triton", "time_us": 3.0}
+    new.put(same)
+    [entry] = merge_dbs([old, new])[0].entries.values()
+    assert entry["time_us"] == 3.0 and entry["held"] == held["held"]
+    assert f"held by hand: {held['held']}" in render_show(merge_dbs([old, new])[0])
+    new.put({**faster, "held": "a later reason"})
+    [entry] = merge_dbs([old, new])[0].entries.values()
+    assert entry["kernel"] == gluon and entry["held"] == "a later reason"
+    # the CLI says so
+    save_db(old, tmp_path / "old.jsonl")
+    new.put(faster)
+    save_db(new, tmp_path / "new.jsonl")
+    result = CliRunner().invoke(main, ["db", "merge", "--min-gain", "1.01", str(tmp_path / "old.jsonl"),
+                                       str(tmp_path / "new.jsonl"), "-o", str(tmp_path / "m.jsonl")])
+    assert result.exit_code == 0, result.output
+    assert "1 held by hand kept theirs" in result.output
+    assert load_db(tmp_path / "m.jsonl").entries[next(iter(old.entries))]["kernel"] == held["kernel"]

@@ -20,7 +20,9 @@ candidate's geometric mean over both shapes of its time over the fastest there
 rank the candidates below as times do elsewhere. `deterministic` says whether the winner's
 family declares it deterministic; when it does not, `deterministic_kernel` names the fastest
 deterministic candidate (what serves under torch.use_deterministic_algorithms(True)), if one
-survived.
+survived. `held`, where present, is a reason written by hand for keeping the entry's kernel
+against re-tunes (a contract the tuner's timing does not see, such as exact results at extreme
+values): `db merge` keeps such an entry's kernel whatever a later database measured.
 """
 from __future__ import annotations
 
@@ -115,7 +117,9 @@ def merge_dbs(dbs: list[TuningDb], min_gain: float = 1.0) -> tuple[TuningDb, lis
     With `min_gain` > 1 a later entry replaces an earlier one only if its kernel beat the
     earlier entry's kernel, timed among its own candidates in the same run, by that factor: a
     re-tune does not swap a kernel for one that merely tied it at the key's timing shape (which
-    may lose at the other shapes the key serves). Also returns the keys held that way."""
+    may lose at the other shapes the key serves). An earlier entry `held` by hand keeps its
+    kernel against a later one that is not held itself (a later entry with the same kernel
+    replaces it and inherits the reason). Also returns the keys kept either way."""
     if not dbs:
         raise DbError("nothing to merge")
     arch = dbs[0].arch
@@ -126,7 +130,12 @@ def merge_dbs(dbs: list[TuningDb], min_gain: float = 1.0) -> tuple[TuningDb, lis
             raise DbError(f"{db.path}: arch {db.arch}, the first database's is {arch}")
         for key, entry in db.entries.items():
             old = merged.entries.get(key)
-            if old is not None and _within(old["kernel"], entry, min_gain):
+            if old is not None and old.get("held") and not entry.get("held"):
+                if entry["kernel"] != old["kernel"]:
+                    held.append(key)
+                    continue
+                entry = {**entry, "held": old["held"]}
+            elif old is not None and _within(old["kernel"], entry, min_gain):
                 held.append(key)
                 continue
             merged.entries[key] = entry
@@ -280,6 +289,8 @@ def render_show(db: TuningDb) -> str:
             out.append(f"{'':>87}deterministic: {alt}" + (f" ({alt_us:.1f} us)" if alt_us else ""))
         if e.get("second_shape") and e.get("scores"):
             out.append(f"{'':>87}" + _second_shape_line(e))
+        if e.get("held"):
+            out.append(f"{'':>87}held by hand: {e['held']}")
     nondet = sum(1 for e in db.entries.values() if e.get("deterministic") is False)
     out.append(f"{nondet} of {len(db.entries)} winners are not deterministic (det NO); under "
                "torch.use_deterministic_algorithms(True) their deterministic kernel serves")
