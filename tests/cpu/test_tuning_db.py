@@ -569,9 +569,11 @@ def test_an_entry_held_by_hand_keeps_its_kernel_through_a_merge(tmp_path):
     [entry] = merge_dbs([old, new])[0].entries.values()
     assert entry["time_us"] == 3.0 and entry["held"] == held["held"]
     assert f"held by hand: {held['held']}" in render_show(merge_dbs([old, new])[0])
-    new.put({**faster, "held": "a later reason"})
-    [entry] = merge_dbs([old, new])[0].entries.values()
-    assert entry["kernel"] == gluon and entry["held"] == "a later reason"
+    # a later entry held by hand replaces it, whatever the gain rule would say of its timing
+    new.put({**faster, "held": "a later reason", "candidates": {gluon: 1.0, held["kernel"]: 1.0}})
+    for min_gain in (1.0, 1.05):
+        [entry] = merge_dbs([old, new], min_gain=min_gain)[0].entries.values()
+        assert entry["kernel"] == gluon and entry["held"] == "a later reason"
     # the CLI says so
     save_db(old, tmp_path / "old.jsonl")
     new.put(faster)

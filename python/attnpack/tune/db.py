@@ -117,9 +117,10 @@ def merge_dbs(dbs: list[TuningDb], min_gain: float = 1.0) -> tuple[TuningDb, lis
     With `min_gain` > 1 a later entry replaces an earlier one only if its kernel beat the
     earlier entry's kernel, timed among its own candidates in the same run, by that factor: a
     re-tune does not swap a kernel for one that merely tied it at the key's timing shape (which
-    may lose at the other shapes the key serves). An earlier entry `held` by hand keeps its
-    kernel against a later one that is not held itself (a later entry with the same kernel
-    replaces it and inherits the reason). Also returns the keys kept either way."""
+    may lose at the other shapes the key serves). An entry `held` by hand is not subject to
+    that rule: a later held entry replaces the earlier one, and an earlier held entry keeps its
+    kernel against a later one that is not held (a later entry with the same kernel replaces
+    it and inherits the reason). Also returns the keys whose earlier kernel was kept."""
     if not dbs:
         raise DbError("nothing to merge")
     arch = dbs[0].arch
@@ -130,14 +131,12 @@ def merge_dbs(dbs: list[TuningDb], min_gain: float = 1.0) -> tuple[TuningDb, lis
             raise DbError(f"{db.path}: arch {db.arch}, the first database's is {arch}")
         for key, entry in db.entries.items():
             old = merged.entries.get(key)
-            if old is not None and old.get("held") and not entry.get("held"):
-                if entry["kernel"] != old["kernel"]:
+            if old is not None and not entry.get("held"):  # (a held entry replaces any)
+                if old.get("held") and entry["kernel"] == old["kernel"]:
+                    entry = {**entry, "held": old["held"]}
+                elif old.get("held") or _within(old["kernel"], entry, min_gain):
                     held.append(key)
                     continue
-                entry = {**entry, "held": old["held"]}
-            elif old is not None and _within(old["kernel"], entry, min_gain):
-                held.append(key)
-                continue
             merged.entries[key] = entry
     statuses = {db.provenance.get("status") for db in dbs
                 if any(merged.entries[k] is e for k, e in db.entries.items())}
