@@ -512,17 +512,28 @@ def _dq_share(smem, dq_out, t, b, h, m0, slot, Hq, Sq,
 
 
 @gluon.jit
+def _tile_at(ptr, stride_b, stride_h, stride_s, b, h, row0, n_rows,
+             layout: gl.constexpr, ROWS: gl.constexpr, COL0: gl.constexpr, COLS: gl.constexpr,
+             D: gl.constexpr):
+    """The addresses of a [ROWS, COLS] tile of a plain-pointer tensor: rows row0.. of (b, h),
+    columns COL0..; and where it is inside (a row below n_rows, a column below the head dim D)."""
+    rows = row0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, layout))
+    cols = COL0 + gl.arange(0, COLS, layout=gl.SliceLayout(0, layout))
+    at = (ptr + b.to(gl.int64) * stride_b + h.to(gl.int64) * stride_h
+          + gl.expand_dims(rows.to(gl.int64) * stride_s, 1) + gl.expand_dims(cols, 0))
+    inside = gl.expand_dims(rows < n_rows, 1) & gl.expand_dims(cols < D, 0)
+    return at, inside
+
+
+@gluon.jit
 def _store_rows(ptr, stride_b, stride_h, stride_s, value, b, h, row0, n_rows,
                 layout: gl.constexpr, ROWS: gl.constexpr, HEAD_DIM: gl.constexpr,
                 D: gl.constexpr):
     """A [ROWS, HEAD_DIM] register tile to global rows row0.. of (b, h), rows past n_rows and
     columns past the head dim D dropped. Once per program, so the wgmma layout's 4-byte stores
     are good enough."""
-    rows = row0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, layout))
-    cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, layout))
-    at = (ptr + b.to(gl.int64) * stride_b + h.to(gl.int64) * stride_h
-          + gl.expand_dims(rows.to(gl.int64) * stride_s, 1) + gl.expand_dims(cols, 0))
-    inside = gl.expand_dims(rows < n_rows, 1) & gl.expand_dims(cols < D, 0)
+    at, inside = _tile_at(ptr, stride_b, stride_h, stride_s, b, h, row0, n_rows, layout, ROWS,
+                          0, HEAD_DIM, D)
     gl.store(at, value.to(ptr.dtype.element_ty), mask=inside)
 
 
@@ -994,11 +1005,8 @@ def _load_o_half(o, o_stride_b, o_stride_h, o_stride_s, b, h, row0, Sq, COL0: gl
                  layout: gl.constexpr, D: gl.constexpr):
     """O's 64 rows from row0 of (b, h), columns [COL0, COL0 + 64), from global memory as they
     are (rows past Sq and columns past the head dim D as zeros)."""
-    rows = row0 + gl.arange(0, HALF_N, layout=gl.SliceLayout(1, layout))
-    cols = COL0 + gl.arange(0, HALF_N, layout=gl.SliceLayout(0, layout))
-    at = (o + b.to(gl.int64) * o_stride_b + h.to(gl.int64) * o_stride_h
-          + gl.expand_dims(rows.to(gl.int64) * o_stride_s, 1) + gl.expand_dims(cols, 0))
-    inside = gl.expand_dims(rows < Sq, 1) & gl.expand_dims(cols < D, 0)
+    at, inside = _tile_at(o, o_stride_b, o_stride_h, o_stride_s, b, h, row0, Sq, layout, HALF_N,
+                          COL0, HALF_N, D)
     return gl.load(at, mask=inside, other=0.0)
 
 
