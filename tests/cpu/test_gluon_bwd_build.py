@@ -33,6 +33,10 @@ DET = "gluon/bwd/bf16-d128-causal/M64_stages2_det1_qN64"
 CONFIGS_PER_KEY = 11   # family.BWD_CONFIGS, head dims 64, 96 and 128
 PERSISTENT = "gluon/bwd/bf16-d128-causal/M64_stages2_det0_tma1_persistent1"
 PERSISTENT_PER_KEY = 3  # the persistent tma1 configs (2 and 3 stages) and the det1 qN64 one
+# 128 query rows a dK/dV step, head dim 64 only: tma1 and tma1 persistent x (fp16, bf16) x
+# (full, causal)
+M128_KERNELS = 8
+M128_PERSISTENT_KERNELS = 4
 # tma1 with the dQ queued behind dV and dK (`dqq`), 2 and 3 stages: 128-wide tiles without a
 # mask only, x (fp16, bf16) x (96, 128)
 DQQ = "gluon/bwd/bf16-d128-full/M64_stages2_det0_tma1_dqq1"
@@ -88,7 +92,7 @@ def test_every_declared_variant_builds_and_verifies(bwd_archive):
     # 8 configs x (fp16, bf16) x (64, 96, 128) x (full, causal), the dqq ones, and the wide
     # ones at 256
     assert sorted(k["name"] for k in ar.kernels) == sorted(v.name for v in declared())
-    assert len(ar.kernels) == 12 * CONFIGS_PER_KEY + DQQ_KERNELS + WIDE_KERNELS
+    assert len(ar.kernels) == 12 * CONFIGS_PER_KEY + DQQ_KERNELS + WIDE_KERNELS + M128_KERNELS
 
 
 def test_no_spills_and_shared_memory_fits(bwd_archive):
@@ -113,7 +117,7 @@ def test_no_spills_and_shared_memory_fits(bwd_archive):
             seen += 1
     # three steps a kernel, two in the deterministic ones but the wide (dQ, then dK/dV)
     det = sum(1 for k in ar.kernels if "_det1" in k["name"] and "_wide1" not in k["name"])
-    assert seen == 3 * (12 * CONFIGS_PER_KEY + DQQ_KERNELS + WIDE_KERNELS) - det
+    assert seen == 3 * (12 * CONFIGS_PER_KEY + DQQ_KERNELS + WIDE_KERNELS + M128_KERNELS) - det
 
 
 def test_steps_and_workspace_per_variant(bwd_archive):
@@ -472,7 +476,7 @@ def test_persistent_kernels_launch_one_program_per_sm(bwd_archive):
     non-persistent twin's."""
     family = load_families()["gluon"]
     persistent = [v for v in declared() if v.config.get("persistent")]
-    assert len(persistent) == 12 * PERSISTENT_PER_KEY
+    assert len(persistent) == 12 * PERSISTENT_PER_KEY + M128_PERSISTENT_KERNELS
     for v in persistent:
         assert v.steps[1].grid == ((("num_sms", 1),), (), ()), v.name
         assert v.steps[1].kernel.constexprs["PERSISTENT"] is True

@@ -122,6 +122,12 @@ BWD_CONFIGS = (
     {"M": 64, "stages": 3, "det": 1, "qN": 64},
     {"M": 64, "stages": 2, "det": 1, "qN": 128},
     {"M": 64, "stages": 3, "det": 1, "qN": 128, "qS": 2},
+    # 128 query rows a dK/dV step: Sᵀ and dPᵀ [64 keys, 128 queries] beside dK and dV fit the
+    # consumers' registers at head dim 64 only (bwd_fp32_registers excludes wider tiles). Of
+    # the five such configs run128 measured (bf16, by cycles), these two won every head-dim-64
+    # row, 1.007-1.106x the best M64 kernel; M128 atomic-dQ and det1 ones gained 0-2 %.
+    {"M": 128, "stages": 2, "det": 0, "tma": 1},
+    {"M": 128, "stages": 2, "det": 0, "tma": 1, "persistent": 1},
     # head dim 256 (`excluded` keeps it there): 64 keys a program, the head dim split across
     # the two consumers; the 2-stage ring is the deepest that fits shared memory
     {"M": 64, "stages": 2, "det": 0, "wide": 1},
