@@ -134,7 +134,8 @@ BWD_CONFIGS = (
     {"M": 64, "stages": 2, "det": 1, "wide": 1},
 )
 # fp32 registers per consumer thread: accumulators (dK + dV, or dQ) plus the two score tiles
-# (Sᵀ and dPᵀ, or S and dP). Above this ptxas spills at 240 registers a thread.
+# (Sᵀ and dPᵀ, or S and dP). Above this ptxas spills at 240 registers a thread; at it (M 128,
+# head dim 64) it keeps 16 bytes in the stack frame (docs/gluon-bwd.md).
 BWD_MAX_FP32_REGS = 192
 # Backward head dims: 96 runs on 128-wide tiles, as the forward's (its plain-pointer steps, the
 # dQ accumulator and the dK/dV stores take the head dim itself, D, beside the tile's HEAD_DIM);
