@@ -733,32 +733,6 @@ def _consume_block(smem, bars, dq_out, dk, dv,
 
 
 @gluon.jit
-def _dkdv_consumer0(smem, bars, lse_ptr, delta_ptr, dq_out, dk, dv,
-                    dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
-                    B, Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
-                    BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, D: gl.constexpr,
-                    STAGES: gl.constexpr, CAUSAL: gl.constexpr, DQ_ADD: gl.constexpr,
-                    DQ_QUEUE: gl.constexpr, PERSISTENT: gl.constexpr):
-    _dkdv_consume(smem, bars, lse_ptr, delta_ptr, dq_out, dk, dv,
-                  dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
-                  B, Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
-                  0, BLOCK_M, HEAD_DIM, D, STAGES, CAUSAL, DQ_ADD, DQ_QUEUE, PERSISTENT)
-
-
-@gluon.jit
-def _dkdv_consumer1(smem, bars, lse_ptr, delta_ptr, dq_out, dk, dv,
-                    dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
-                    B, Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
-                    BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, D: gl.constexpr,
-                    STAGES: gl.constexpr, CAUSAL: gl.constexpr, DQ_ADD: gl.constexpr,
-                    DQ_QUEUE: gl.constexpr, PERSISTENT: gl.constexpr):
-    _dkdv_consume(smem, bars, lse_ptr, delta_ptr, dq_out, dk, dv,
-                  dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
-                  B, Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
-                  1, BLOCK_M, HEAD_DIM, D, STAGES, CAUSAL, DQ_ADD, DQ_QUEUE, PERSISTENT)
-
-
-@gluon.jit
 def _dkdv_program(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_out, dk, dv,
                   dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
                   B, Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
@@ -807,16 +781,16 @@ def _dkdv_program(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_out, d
     # The loader's tuple is written in the list: one stored in a variable would turn its
     # function into a runtime value (fwd.py's attn_fwd_pingpong says more).
     gl.warp_specialize([
-        (_dkdv_consumer0, (smem, bars, lse_ptr, delta_ptr, dq_out, dk, dv,
-                           dk_stride_b, dk_stride_h, dk_stride_s,
-                           dv_stride_b, dv_stride_h, dv_stride_s,
-                           B, Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
-                           BLOCK_M, HEAD_DIM, D, STAGES, CAUSAL, DQ_ADD, DQ_QUEUE, PERSISTENT)),
-        (_dkdv_consumer1, (smem, bars, lse_ptr, delta_ptr, dq_out, dk, dv,
-                           dk_stride_b, dk_stride_h, dk_stride_s,
-                           dv_stride_b, dv_stride_h, dv_stride_s,
-                           B, Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
-                           BLOCK_M, HEAD_DIM, D, STAGES, CAUSAL, DQ_ADD, DQ_QUEUE, PERSISTENT)),
+        (_dkdv_consume, (smem, bars, lse_ptr, delta_ptr, dq_out, dk, dv,
+                         dk_stride_b, dk_stride_h, dk_stride_s,
+                         dv_stride_b, dv_stride_h, dv_stride_s,
+                         B, Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
+                         0, BLOCK_M, HEAD_DIM, D, STAGES, CAUSAL, DQ_ADD, DQ_QUEUE, PERSISTENT)),
+        (_dkdv_consume, (smem, bars, lse_ptr, delta_ptr, dq_out, dk, dv,
+                         dk_stride_b, dk_stride_h, dk_stride_s,
+                         dv_stride_b, dv_stride_h, dv_stride_s,
+                         B, Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
+                         1, BLOCK_M, HEAD_DIM, D, STAGES, CAUSAL, DQ_ADD, DQ_QUEUE, PERSISTENT)),
         (_dkdv_load_persistent, (q_desc, k_desc, v_desc, do_desc, smem, bars, lse_ptr,
                                  delta_ptr, B, Hq, Hkv, Sq, Sk, sm_scale,
                                  BLOCK_M, STAGES, CAUSAL, 2))
@@ -1090,24 +1064,6 @@ def _dq_consume(dq_desc, smem, bars, o, o_stride_b, o_stride_h, o_stride_s, lse_
 
 
 @gluon.jit
-def _dq_consumer0(dq_desc, smem, bars, o, o_stride_b, o_stride_h, o_stride_s, lse_ptr,
-                  delta_ptr, Hq, Hkv, Sq, Sk, sm_scale,
-                  BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, D: gl.constexpr,
-                  STAGES: gl.constexpr, CAUSAL: gl.constexpr):
-    _dq_consume(dq_desc, smem, bars, o, o_stride_b, o_stride_h, o_stride_s, lse_ptr, delta_ptr,
-                Hq, Hkv, Sq, Sk, sm_scale, 0, BLOCK_N, HEAD_DIM, D, STAGES, CAUSAL)
-
-
-@gluon.jit
-def _dq_consumer1(dq_desc, smem, bars, o, o_stride_b, o_stride_h, o_stride_s, lse_ptr,
-                  delta_ptr, Hq, Hkv, Sq, Sk, sm_scale,
-                  BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, D: gl.constexpr,
-                  STAGES: gl.constexpr, CAUSAL: gl.constexpr):
-    _dq_consume(dq_desc, smem, bars, o, o_stride_b, o_stride_h, o_stride_s, lse_ptr, delta_ptr,
-                Hq, Hkv, Sq, Sk, sm_scale, 1, BLOCK_N, HEAD_DIM, D, STAGES, CAUSAL)
-
-
-@gluon.jit
 def attn_bwd_dq(q_desc, k_desc, v_desc, do_desc, dq_desc, o, o_stride_b, o_stride_h,
                 o_stride_s, lse_ptr, delta_ptr, Hq, Hkv, Sq, Sk, sm_scale,
                 BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, D: gl.constexpr,
@@ -1135,12 +1091,12 @@ def attn_bwd_dq(q_desc, k_desc, v_desc, do_desc, dq_desc, o, o_stride_b, o_strid
         mbarrier.init(bars.kv_free.index(i), count=2)   # both consumers release each tile
 
     gl.warp_specialize([
-        (_dq_consumer0, (dq_desc, smem, bars, o, o_stride_b, o_stride_h, o_stride_s, lse_ptr,
-                         delta_ptr, Hq, Hkv, Sq, Sk, sm_scale, BLOCK_N, HEAD_DIM, D, STAGES,
-                         CAUSAL)),
-        (_dq_consumer1, (dq_desc, smem, bars, o, o_stride_b, o_stride_h, o_stride_s, lse_ptr,
-                         delta_ptr, Hq, Hkv, Sq, Sk, sm_scale, BLOCK_N, HEAD_DIM, D, STAGES,
-                         CAUSAL)),
+        (_dq_consume, (dq_desc, smem, bars, o, o_stride_b, o_stride_h, o_stride_s, lse_ptr,
+                       delta_ptr, Hq, Hkv, Sq, Sk, sm_scale, 0, BLOCK_N, HEAD_DIM, D, STAGES,
+                       CAUSAL)),
+        (_dq_consume, (dq_desc, smem, bars, o, o_stride_b, o_stride_h, o_stride_s, lse_ptr,
+                       delta_ptr, Hq, Hkv, Sq, Sk, sm_scale, 1, BLOCK_N, HEAD_DIM, D, STAGES,
+                       CAUSAL)),
         (_dq_load, (q_desc, k_desc, v_desc, do_desc, smem, bars, Hq, Hkv, Sq, Sk,
                     BLOCK_N, STAGES, CAUSAL, 2)),
     ], [4, 1], [CONSUMER_REGS, LOAD_REGS])
