@@ -248,6 +248,7 @@ StepRecord read_step(const Node& node, size_t num_images) {
     for (uint32_t i = 0; i < maps->length(); ++i) step.tensormaps.push_back(read_tensormap(maps->item(i)));
   }
   step.kernarg_size = node.at("kernarg_size").u64();
+  if (auto pdl = node.maybe("pdl")) step.pdl = pdl->boolean();
   return step;
 }
 

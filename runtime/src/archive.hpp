@@ -19,7 +19,7 @@
 namespace attnpack {
 
 constexpr uint16_t kFormatMajor = ATTNPACK_ARCHIVE_FORMAT_MAJOR;
-constexpr uint16_t kFormatMinor = 4;  // the newest minor this runtime knows (informational)
+constexpr uint16_t kFormatMinor = 5;  // the newest minor this runtime knows (informational)
 
 // A family's declared policy (the index's `families`).
 struct FamilyRecord {
@@ -79,6 +79,7 @@ struct StepRecord {
   ScratchRecord scratch;
   std::vector<TensorMapRecord> tensormaps;
   uint64_t kernarg_size = 0;
+  bool pdl = false;  // 2.5: it waits for the grid ahead itself (programmatic dependent launch)
 };
 
 // A condition a problem must meet for its kernel to serve it: [word, op, operand, why]

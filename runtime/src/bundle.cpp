@@ -225,6 +225,7 @@ void Bundle::run(const Problem& input, const LaunchOptions& options) {
       launch.cluster = step.record->cluster;
       launch.shared = step.record->shared;
       launch.stream = options.stream;
+      launch.programmatic = step.record->pdl;
       pack_arguments(step, plan, slice, buffers, gpu, arguments);
       launch.args = arguments;
       launch.args_size = step.packed_size;
@@ -296,6 +297,7 @@ std::string Bundle::explain(const Problem& input) {
            " block " + json_numbers(record.block) + " cluster " + json_numbers(record.cluster) + " shared " +
            std::to_string(record.shared) + " B, " + std::to_string(step.params.size()) + " params (" +
            std::to_string(step.packed_size) + " B)";
+    if (record.pdl) out += ", programmatic launch";
     if (record.scratch.global_size || record.scratch.profile_size) {
       out += ", scratch " + std::to_string(record.scratch.global_size) + "+" +
              std::to_string(record.scratch.profile_size) + " B per block";

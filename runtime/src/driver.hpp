@@ -55,6 +55,9 @@ struct KernelLaunch {
   size_t args_size = 0;
   const uint32_t* arg_offsets = nullptr;  // where each parameter starts in `args`
   size_t num_args = 0;
+  // The kernel waits for the grid ahead in the stream itself (griddepcontrol.wait), so it may be
+  // launched with programmatic stream serialization (the step's `pdl`).
+  bool programmatic = false;
 };
 
 class Driver {

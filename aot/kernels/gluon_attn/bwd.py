@@ -57,6 +57,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma, warpgroup_mma_wait)
 from triton.language.core import _aggregate as aggregate
 
+from . import grid_dependency
 from .grid import grouped_block_and_head, snake_order, snake_rank
 
 LOG2E = gl.constexpr(1.4426950408889634)  # the forward's LSE is natural-log; P uses exp2
@@ -112,6 +113,7 @@ def attn_bwd_preprocess(o, do, delta, dq_accum,
                         ZERO_DQ: gl.constexpr):
     """grid: (cdiv(Sq, BLOCK_M), B * Hq); num_warps = 4. HEAD_DIM is the tile width, D the
     tensors' head dim (96 runs on 128-wide tiles)."""
+    grid_dependency.enter()  # before any global memory access: grid_dependency.py
     # 16-byte vectors along the head dim, as many rows per warp as the head dim leaves.
     lanes_d: gl.constexpr = HEAD_DIM // 8
     layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 // lanes_d, lanes_d], [4, 1], [1, 0])
@@ -144,6 +146,7 @@ def attn_bwd_dq_convert(dq_accum, dq, dq_stride_b, dq_stride_h, dq_stride_s, Hq,
                         HEAD_DIM: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr):
     """grid: (cdiv(Sq, BLOCK_M), B * Hq); num_warps = 4. HEAD_DIM is the tile width, D the
     head dim (the accumulator's rows are D floats)."""
+    grid_dependency.enter()  # before any global memory access: grid_dependency.py
     lanes_d: gl.constexpr = HEAD_DIM // 4
     layout: gl.constexpr = gl.BlockedLayout([1, 4], [32 // lanes_d, lanes_d], [4, 1], [1, 0]) \
         if HEAD_DIM <= 128 else gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0])
@@ -780,6 +783,7 @@ def _dkdv_program(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_out, d
 
     # The loader's tuple is written in the list: one stored in a variable would turn its
     # function into a runtime value (fwd.py's attn_fwd_pingpong says more).
+    grid_dependency.enter()  # before any global memory access: grid_dependency.py
     gl.warp_specialize([
         (_dkdv_consume, (smem, bars, lse_ptr, delta_ptr, dq_out, dk, dv,
                          dk_stride_b, dk_stride_h, dk_stride_s,
@@ -1090,6 +1094,7 @@ def attn_bwd_dq(q_desc, k_desc, v_desc, do_desc, dq_desc, o, o_stride_b, o_strid
         mbarrier.init(bars.kv_ready.index(i), count=1)
         mbarrier.init(bars.kv_free.index(i), count=2)   # both consumers release each tile
 
+    grid_dependency.enter()  # before any global memory access: grid_dependency.py
     gl.warp_specialize([
         (_dq_consume, (dq_desc, smem, bars, o, o_stride_b, o_stride_h, o_stride_s, lse_ptr,
                        delta_ptr, Hq, Hkv, Sq, Sk, sm_scale, 0, BLOCK_N, HEAD_DIM, D, STAGES,

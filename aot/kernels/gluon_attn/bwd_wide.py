@@ -48,6 +48,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier,
                                                               warpgroup_mma, warpgroup_mma_wait)
 
+from . import grid_dependency
 from .bwd import (DQ_ATOMIC, DQ_NONE, HALF_N, DkdvBarriers, DkdvSmem, DqBarriers, DqSmem,
                   _dkdv_load, _dq_load, _dq_probabilities, _key_block, _minus_lse, _next_slot,
                   _nvmma, _query_block, _row_values, _store_rows)
@@ -215,6 +216,7 @@ def _wide_dkdv_program(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_a
     mbarrier.init(bars.p_ready, count=1)
     mbarrier.init(bars.ds_ready, count=1)
 
+    grid_dependency.enter()  # before any global memory access: grid_dependency.py
     gl.warp_specialize([
         (_wide_consume, (smem, bars, lse_ptr, delta_ptr, dq_accum, dk, dv,
                          dk_stride_b, dk_stride_h, dk_stride_s,
@@ -362,6 +364,7 @@ def attn_bwd_dq_wide(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr,
     mbarrier.init(bars.p_ready, count=1)
     mbarrier.init(bars.ds_ready, count=1)
 
+    grid_dependency.enter()  # before any global memory access: grid_dependency.py
     gl.warp_specialize([
         (_wide_dq_consume, (dq, dq_stride_b, dq_stride_h, dq_stride_s, smem, bars, lse_ptr,
                             delta_ptr, Hq, Hkv, Sq, Sk, sm_scale, 0, HEAD_DIM, D, STAGES,

@@ -182,6 +182,12 @@ def tile_dim(head_dim: int) -> int:
     return 1 << (head_dim - 1).bit_length()
 
 
+# Every kernel of the family starts with grid_dependency.enter() (griddepcontrol.wait before any
+# global memory access), so each may be launched with programmatic stream serialization:
+# Triton records the option in the kernel's metadata and the launch spec carries it as `pdl`.
+LAUNCH_OPTIONS = {"launch_pdl": True}
+
+
 def _tensor_map(name: str, tensor: str, rows: int, key: FunctionalKey) -> TensorMap:
     return TensorMap.tile(name, tensor, (1, 1, rows, tile_dim(key.head_dim)), key.dtype)
 
@@ -205,7 +211,8 @@ def _fwd_steps(key: FunctionalKey, config) -> tuple[Step, ...]:
     else:
         grid = ((("Sq", consumers * m),), (("B", 1), ("Hq", 1)), ())
     return (Step(name="fwd", args=args, grid=grid, tensormaps=maps,
-                 kernel=TritonKernel(attn_fwd_pingpong, constexprs, num_warps=4, num_stages=1)),)
+                 kernel=TritonKernel(attn_fwd_pingpong, constexprs, num_warps=4, num_stages=1,
+                                     options=LAUNCH_OPTIONS)),)
 
 
 def _step(name, kernel, words, grid, constexprs, maps=()) -> Step:
@@ -214,7 +221,7 @@ def _step(name, kernel, words, grid, constexprs, maps=()) -> Step:
         kernel, constexprs, num_warps=4, num_stages=1,
         # strides of plain-pointer tensors are multiples of 16 elements for every head dim
         # served; the runtime checks the promise and falls back otherwise
-        divisible_by_16=tuple(a for a in args if "_stride_" in a)))
+        divisible_by_16=tuple(a for a in args if "_stride_" in a), options=LAUNCH_OPTIONS))
 
 
 def _bwd_steps(key: FunctionalKey, config) -> tuple[Step, ...]:

@@ -40,7 +40,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                               warpgroup_mma, warpgroup_mma_wait)
 from triton.language.core import _aggregate as aggregate
 
-from . import named_barrier
+from . import grid_dependency, named_barrier
 from .grid import grouped_block_and_head
 
 LN2 = gl.constexpr(0.6931471805599453)  # ln 2: lse is natural-log
@@ -734,6 +734,7 @@ def attn_fwd_pingpong(q_desc, k_desc, v_desc, o_desc, lse_ptr, B, Hq, Hkv, Sq, S
     # runtime values, and so would concatenating two lists of partitions (tuple.__add__
     # unwraps its right operand's constexprs). So one comprehension over constexpr indices
     # builds every partition's tuple in place: 0..CONSUMERS-1 the consumers, then the loader.
+    grid_dependency.enter()  # before any global memory access: grid_dependency.py
     gl.warp_specialize(
         [(_consume, (o_desc, lse_ptr, smem, bars, B, Hq, Sq, Sk, sm_scale, c, CONSUMERS,
                      BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP, PERSISTENT))

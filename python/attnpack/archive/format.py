@@ -17,8 +17,11 @@ MAGIC = b"ATTNPACK"
 # 2.4 (additive): a tensor map may view a workspace buffer, and parameter words gain
 # `<workspace>_stride_<b|h|s|d>` (Triton's expansion of such a descriptor); an older runtime
 # marks a kernel using them as one it cannot launch.
+# 2.5 (additive): a step may carry `pdl`: its kernel waits for the grid ahead itself, so the
+# runtime may launch it with programmatic stream serialization; an older runtime launches it
+# plainly, which is also correct.
 FORMAT_MAJOR = 2
-FORMAT_MINOR = 4
+FORMAT_MINOR = 5
 # magic, major, minor, meta size, sha256(meta)
 PREAMBLE = struct.Struct("<8sHHI32s")
 ZSTD_LEVEL = 19

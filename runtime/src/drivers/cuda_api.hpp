@@ -27,6 +27,7 @@ constexpr int CU_FUNC_ATTRIBUTE_NON_PORTABLE_CLUSTER_SIZE_ALLOWED = 14;
 constexpr int CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4;
 constexpr int CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE = 5;
 constexpr int CU_CLUSTER_SCHEDULING_POLICY_SPREAD = 1;
+constexpr int CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6;
 
 // Dynamic shared memory above this needs cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES).
 constexpr uint32_t kDefaultDynamicSharedLimit = 48 * 1024;
@@ -39,6 +40,7 @@ union CUlaunchAttributeValue {
     unsigned int x, y, z;
   } clusterDim;
   int clusterSchedulingPolicyPreference;
+  int programmaticStreamSerializationAllowed;
 };
 
 struct CUlaunchAttribute {

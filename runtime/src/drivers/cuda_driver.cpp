@@ -1,4 +1,5 @@
 // The CUDA driver API through dlopen("libcuda.so.1").
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
@@ -44,6 +45,9 @@ class CudaDriver final : public Driver {
       unusable_status_ = ATTNPACK_STATUS_NO_DRIVER;
       return;
     }
+    // ATTNPACK_PDL=0 launches every kernel plainly, as before format 2.5 (an A/B switch).
+    const char* pdl = std::getenv("ATTNPACK_PDL");
+    programmatic_launch_ = !(pdl && std::strcmp(pdl, "0") == 0);
     // Optional: clusters (CUDA 12) and host tensor maps (CUDA 12); checked when used.
     launch_kernel_ex_ = library_.symbol<decltype(launch_kernel_ex_)>("cuLaunchKernelEx");
     tensor_map_encode_tiled_ =
@@ -147,7 +151,11 @@ class CudaDriver final : public Driver {
     const auto& [gx, gy, gz] = launch.grid;
     const auto& [bx, by, bz] = launch.block;
     const auto& [cx, cy, cz] = launch.cluster;
-    if (cx * cy * cz == 1) {
+    const bool clustered = cx * cy * cz != 1;
+    // Programmatic launch only lets the kernel start earlier; without cuLaunchKernelEx (before
+    // CUDA 12) the plain launch is just as correct.
+    const bool programmatic = launch.programmatic && programmatic_launch_ && launch_kernel_ex_;
+    if (!clustered && !programmatic) {
       check(launch_kernel_(function, gx, gy, gz, bx, by, bz, launch.shared, stream, params, nullptr),
             "cuLaunchKernel(" + *launch.symbol + ")");
       return;
@@ -156,11 +164,20 @@ class CudaDriver final : public Driver {
       fail(ATTNPACK_STATUS_DRIVER_ERROR,
            "kernel " + *launch.symbol + " needs thread block clusters, and this CUDA driver has no cuLaunchKernelEx");
     }
-    CUlaunchAttribute attributes[2] = {};
-    attributes[0].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-    attributes[0].value.clusterDim = {cx, cy, cz};
-    attributes[1].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE;  // as Triton launches
-    attributes[1].value.clusterSchedulingPolicyPreference = CU_CLUSTER_SCHEDULING_POLICY_SPREAD;
+    CUlaunchAttribute attributes[3] = {};
+    unsigned int count = 0;
+    if (clustered) {
+      attributes[count].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+      attributes[count++].value.clusterDim = {cx, cy, cz};
+      attributes[count].id = CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE;  // as Triton launches
+      attributes[count++].value.clusterSchedulingPolicyPreference = CU_CLUSTER_SCHEDULING_POLICY_SPREAD;
+    }
+    if (programmatic) {
+      // The kernel's blocks may start while the grid ahead in the stream drains; each waits for
+      // that grid to end (griddepcontrol.wait) before it touches memory.
+      attributes[count].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+      attributes[count++].value.programmaticStreamSerializationAllowed = 1;
+    }
     CUlaunchConfig config = {};
     config.gridDimX = gx;
     config.gridDimY = gy;
@@ -171,7 +188,7 @@ class CudaDriver final : public Driver {
     config.sharedMemBytes = launch.shared;
     config.hStream = stream;
     config.attrs = attributes;
-    config.numAttrs = 2;
+    config.numAttrs = count;
     check(launch_kernel_ex_(&config, function, params, nullptr), "cuLaunchKernelEx(" + *launch.symbol + ")");
   }
 
@@ -216,6 +233,7 @@ class CudaDriver final : public Driver {
   DynamicLibrary library_;
   std::string unusable_;
   attnpack_status unusable_status_ = ATTNPACK_STATUS_OK;
+  bool programmatic_launch_ = true;  // steps with `pdl` launch programmatically
 
   CUresult (*init_)(unsigned int) = nullptr;
   CUresult (*get_error_name_)(CUresult, const char**) = nullptr;

@@ -10,7 +10,8 @@ declaration of what to compile. A backend provides:
   worker process; the result is cached by key);
 - `launch_spec(job, compiled) -> dict`: the step record's backend part (docs/ARCHIVE.md):
   `symbol`, `params` as [word, type, divisibility, offset] with the offsets read from the
-  image, `kernarg_size`, `block`, `shared`, `cluster`, `scratch`, `tensormaps`.
+  image, `kernarg_size`, `block`, `shared`, `cluster`, `scratch`, `tensormaps`, and `pdl`
+  where the kernel may start before the grid ahead of it ends.
 
 Backends are looked up by name; a family with a backend of its own (FlyDSL's compiler, say)
 registers it from its folder with `register`, so adding one touches no generic code.

@@ -191,7 +191,7 @@ class TritonBackend:
         meta = {k: md.get(k, d) for k, d in (
             ("num_warps", 4), ("warp_size", 32), ("shared", 0), ("num_ctas", 1),
             ("global_scratch_size", 0), ("global_scratch_align", 1),
-            ("profile_scratch_size", 0), ("profile_scratch_align", 1))}
+            ("profile_scratch_size", 0), ("profile_scratch_align", 1), ("launch_pdl", False))}
         if md.get("tensordesc_meta"):
             meta["tensordesc_meta"] = [dict(m) for m in md["tensordesc_meta"]]
         return CompiledStep(bytes(kernel.asm[kind] or b""), kind, md["name"], meta)
@@ -210,6 +210,9 @@ class TritonBackend:
                         "profile_size": md["profile_scratch_size"],
                         "profile_align": md["profile_scratch_align"]},
             "tensormaps": _tensormap_records(job, md),
+            # 2.5: the kernel waits for the grid ahead itself (griddepcontrol.wait), so it may be
+            # launched with programmatic stream serialization (Triton's launch_pdl option)
+            **({"pdl": True} if md.get("launch_pdl") else {}),
         }
 
 
