@@ -7,7 +7,6 @@ math before any AOT build, and by benchmarks of the family itself. Tensors are l
 from __future__ import annotations
 
 import math
-import os
 from typing import Mapping
 
 import torch
@@ -16,11 +15,6 @@ from attnpack import abi
 from attnpack.family import Variant
 
 LOG2E = 1.4426950408889634
-# Kernel switches that compile in GPU-only assembly (griddepcontrol, in the triton family's
-# common.enter_grid): Triton's interpreter runs no inline assembly, so under TRITON_INTERPRET=1
-# they are launched off. That only drops the wait for the grid ahead, which the interpreter,
-# running one grid after another, does not need.
-GPU_ONLY_SWITCHES = ("GRID_DEPENDENCY",)
 
 
 def problem_sizes(q: torch.Tensor, k: torch.Tensor) -> dict[str, int]:
@@ -105,8 +99,5 @@ def launch(variant: Variant, tensors: Mapping[str, torch.Tensor], sm_scale: floa
         args = [descriptor(step.tensormap(w), all_tensors) if step.tensormap(w)
                 else resolve(w, all_tensors, sizes, sm_scale) for w in step.args]
         grid = grid_extent(step.grid, sizes)
-        constexprs = dict(kernel.constexprs)
-        if os.environ.get("TRITON_INTERPRET") == "1":
-            constexprs.update({s: False for s in GPU_ONLY_SWITCHES if s in constexprs})
-        kernel.fn[grid](*args, **constexprs, num_warps=kernel.num_warps,
+        kernel.fn[grid](*args, **kernel.constexprs, num_warps=kernel.num_warps,
                         num_stages=kernel.num_stages, **kernel.options)

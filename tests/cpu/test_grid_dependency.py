@@ -3,10 +3,10 @@
 A step marked `pdl` is launched with CUDA's programmatic stream serialization: its blocks may
 start while the grid ahead in the stream drains, so its kernel must wait for that grid
 (`griddepcontrol.wait`, SASS `ACQBULK`) before it touches memory. Here: in the default bundles
-a step is marked exactly where its image waits (every Gluon kernel and the sm_90 decode
-kernels; no AMD kernel), and the runtime reads the mark (explain names it) and refuses a
-malformed one. That the kernels compute the same with it is checked on the GPU
-(tests/gpu/test_gluon_attn.py, test_gluon_bwd.py, test_triton_decode.py, test_torch_sdpa.py).
+a step is marked exactly where its image waits (every Gluon kernel; no triton or AMD kernel),
+and the runtime reads the mark (explain names it) and refuses a malformed one. That the kernels
+compute the same with it is checked on the GPU (tests/gpu/test_gluon_attn.py,
+test_gluon_bwd.py, test_torch_sdpa.py).
 """
 import re
 from pathlib import Path
@@ -20,8 +20,6 @@ from test_runtime_fixtures import (attention_kernels, expect_error, synthetic_ar
                                    write_synthetic)
 
 BUNDLE = Path(__file__).resolve().parents[2] / "build" / "bundle"
-DECODE_SYMBOLS = ("attn_fwd_decode", "attn_fwd_decode_tma", "attn_fwd_decode_split",
-                  "attn_fwd_decode_split_tma", "attn_fwd_decode_combine")
 
 
 def bundle(arch: str):
@@ -36,9 +34,9 @@ def opcode_count(sass: str, opcode: str) -> int:
 
 
 def test_a_step_is_programmatic_exactly_where_its_kernel_waits_for_the_grid_ahead():
-    """Every step's mark against its family and entry point; then the machine code of one
-    image per entry point (a kernel's source waits or not whatever its config: the Gluon
-    kernels call grid_dependency.enter() unconditionally, the decode kernels by the arch)."""
+    """Every step's mark against its family; then the machine code of one image per entry
+    point (a kernel's source waits or not whatever its config: the Gluon kernels call
+    grid_dependency.enter() unconditionally)."""
     if not cuobjdump().is_file():
         pytest.skip("this triton ships no cuobjdump")
     archive = bundle("sm_90")
@@ -47,7 +45,7 @@ def test_a_step_is_programmatic_exactly_where_its_kernel_waits_for_the_grid_ahea
         for s in k["steps"]:
             base = re.sub(r"_\d.*$", "", s["symbol"])  # Triton appends the specialisation
             pdl = s.get("pdl", False)
-            assert pdl == (k["family"] == "gluon" or base in DECODE_SYMBOLS), (k["name"], base)
+            assert pdl == (k["family"] == "gluon"), (k["name"], base)
             sample.setdefault((k["family"], base, pdl), s["image"])
     assert len({(f, b) for f, b, _ in sample}) == len(sample)  # one way per entry point
     for (family, base, pdl), image in sorted(sample.items()):
@@ -55,10 +53,9 @@ def test_a_step_is_programmatic_exactly_where_its_kernel_waits_for_the_grid_ahea
         found = opcode_count(sass, "ACQBULK"), opcode_count(sass, "PREEXIT")
         # programmatic: one wait before the first memory access, one release of the next grid
         assert found == ((1, 1) if pdl else (0, 0)), (family, base, found)
-    # at least the chains where it matters: forward, the fast backward's three launches, and
-    # the split decode's two
+    # at least the forward, the fast backward's three launches and the deterministic one's two
     assert {"attn_fwd_pingpong", "attn_bwd_preprocess", "attn_bwd_dkdv_dq_tma",
-            "attn_bwd_dq_convert", "attn_fwd_decode_split_tma", "attn_fwd_decode_combine"} <= \
+            "attn_bwd_dq_convert", "attn_bwd_dq", "attn_bwd_dkdv"} <= \
         {base for _, base, pdl in sample if pdl}, sorted(sample)
 
 

@@ -1,7 +1,6 @@
 """Small pieces shared by the forward and backward kernels."""
 import triton
 import triton.language as tl
-from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
 
 LOG2E = tl.constexpr(1.4426950408889634)  # softmax runs in base 2; LSE is stored in base e
 LN2 = tl.constexpr(0.6931471805599453)
@@ -9,18 +8,6 @@ LN2 = tl.constexpr(0.6931471805599453)
 # Problem sizes are never specialised by Triton's JIT (no "divisible by 16" or "== 1" guesses),
 # so a JIT launch compiles the same kernel the AOT builder compiles from the launch spec.
 SIZE_ARGS = ["Hq", "Hkv", "Sq", "Sk"]
-
-
-@triton.jit
-def enter_grid(GRID_DEPENDENCY: tl.constexpr):
-    """A kernel's first step where the runtime may launch it programmatically (sm_90 and later,
-    the launch spec's `pdl`): its blocks may then start while the grid ahead in the stream
-    drains, so they wait for that grid (griddepcontrol.wait) before they touch memory, and let
-    the next grid's blocks start once all of theirs have (launch_dependents). Compiled out
-    where GRID_DEPENDENCY is false (AMD, sm_80)."""
-    if GRID_DEPENDENCY:
-        gdc_wait()
-        gdc_launch_dependents()
 
 
 @triton.jit

@@ -25,7 +25,7 @@ engine keeps more bytes in flight per SM than 128 threads' 16-byte copies do.
 import triton
 import triton.language as tl
 
-from .common import LN2, SIZE_ARGS, enter_grid, head_offset, load_tile, tile_offsets
+from .common import LN2, SIZE_ARGS, head_offset, load_tile, tile_offsets
 
 
 @triton.jit
@@ -136,9 +136,7 @@ def attn_fwd_decode(q, k, v, o, lse,
                     o_stride_b, o_stride_h, o_stride_s,
                     Hq, Hkv, Sq, Sk, sm_scale, sm_scale_log2,
                     HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-                    GRID_DEPENDENCY: tl.constexpr):
-    enter_grid(GRID_DEPENDENCY)
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
     pid = tl.program_id(0)
     b = pid // Hkv
     h_kv = pid % Hkv
@@ -161,10 +159,8 @@ def attn_fwd_decode_tma(q, k_desc, v_desc, o, lse,
                         o_stride_b, o_stride_h, o_stride_s,
                         Hq, Hkv, Sq, Sk, sm_scale, sm_scale_log2,
                         HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-                        GRID_DEPENDENCY: tl.constexpr):
+                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
     """attn_fwd_decode with K and V through TMA descriptors."""
-    enter_grid(GRID_DEPENDENCY)
     pid = tl.program_id(0)
     b = pid // Hkv
     h_kv = pid % Hkv
@@ -192,9 +188,7 @@ def attn_fwd_decode_split(q, k, v, o_part, lse_part,
                           v_stride_b, v_stride_h, v_stride_s,
                           Hq, Hkv, Sq, Sk, sm_scale, sm_scale_log2,
                           HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr,
-                          BLOCK_N: tl.constexpr, CHUNK: tl.constexpr, CAUSAL: tl.constexpr,
-                          GRID_DEPENDENCY: tl.constexpr):
-    enter_grid(GRID_DEPENDENCY)
+                          BLOCK_N: tl.constexpr, CHUNK: tl.constexpr, CAUSAL: tl.constexpr):
     chunk = tl.program_id(0)
     pid = tl.program_id(1)
     b = pid // Hkv
@@ -218,9 +212,8 @@ def attn_fwd_decode_split_tma(q, k_desc, v_desc, o_part, lse_part,
                               Hq, Hkv, Sq, Sk, sm_scale, sm_scale_log2,
                               HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
                               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CHUNK: tl.constexpr,
-                              CAUSAL: tl.constexpr, GRID_DEPENDENCY: tl.constexpr):
+                              CAUSAL: tl.constexpr):
     """attn_fwd_decode_split with K and V through TMA descriptors."""
-    enter_grid(GRID_DEPENDENCY)
     chunk = tl.program_id(0)
     pid = tl.program_id(1)
     b = pid // Hkv
@@ -239,10 +232,8 @@ def attn_fwd_decode_split_tma(q, k_desc, v_desc, o_part, lse_part,
 @triton.jit(do_not_specialize=SIZE_ARGS)
 def attn_fwd_decode_combine(o, lse, o_part, lse_part, o_stride_b, o_stride_h, o_stride_s,
                             Hq, Sq, Sk, HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr,
-                            CHUNK: tl.constexpr, BLOCK_C: tl.constexpr,
-                            GRID_DEPENDENCY: tl.constexpr):
+                            CHUNK: tl.constexpr, BLOCK_C: tl.constexpr):
     """grid = (Sq, B * Hq): one program per query row merges its ceil(Sk/CHUNK) chunks."""
-    enter_grid(GRID_DEPENDENCY)
     s = tl.program_id(0)
     bh = tl.program_id(1)
     b = bh // Hq

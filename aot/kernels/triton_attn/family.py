@@ -141,23 +141,14 @@ def _kv_maps(key: FunctionalKey, config) -> tuple[TensorMap, ...]:
     return tuple(TensorMap.tile(f"{t}_desc", t, block, key.dtype) for t in ("k", "v"))
 
 
-def _grid_dependency(arch: str) -> bool:
-    """Whether the decode kernels wait for the grid ahead themselves (common.enter_grid) and so
-    may be launched programmatically: griddepcontrol needs sm_90 or later."""
-    return TARGETS[arch].vendor == "nvidia" and TARGETS[arch].elf_mach >= 90
-
-
 def _step(name, kernel, grid, constexprs, arch, config, warps, stages, tensormaps=()) -> Step:
     args = _runtime_args(kernel)
-    if arch in AMD_ARCHS:
-        options = {"waves_per_eu": config["wpe"]}
-    else:  # Triton records launch_pdl in the kernel's metadata; the launch spec carries it
-        options = {"launch_pdl": True} if constexprs.get("GRID_DEPENDENCY") else {}
     return Step(name=name, args=args, grid=grid, tensormaps=tensormaps, kernel=TritonKernel(
         kernel, constexprs, num_warps=warps, num_stages=stages,
         # strides are multiples of 16 elements for every head dim we serve (and for BSHD
         # views); the runtime checks the promise and falls back otherwise
-        divisible_by_16=tuple(a for a in args if "_stride_" in a), options=options))
+        divisible_by_16=tuple(a for a in args if "_stride_" in a),
+        options={"waves_per_eu": config["wpe"]} if arch in AMD_ARCHS else {}))
 
 
 def steps(arch: str, op: str, key: FunctionalKey, config) -> tuple[Step, ...]:
@@ -168,21 +159,19 @@ def steps(arch: str, op: str, key: FunctionalKey, config) -> tuple[Step, ...]:
         tiles = {"BLOCK_M": config["M"], "BLOCK_N": config["N"], "CAUSAL": key.causal}
         tma = bool(config.get("tma"))
         maps = _kv_maps(key, config) if tma else ()
-        decode = {**head, "GRID_DEPENDENCY": _grid_dependency(arch)}
         if config.get("split"):
             chunk = config["split"]
             per_chunk = ((("Sk", chunk),), (("B", 1), ("Hkv", 1)), ())
             per_row = ((("Sq", 1),), (("B", 1), ("Hq", 1)), ())
             return (_step("fwd_split", attn_fwd_decode_split_tma if tma else attn_fwd_decode_split,
-                          per_chunk, {**decode, **tiles, "CHUNK": chunk}, arch, config,
+                          per_chunk, {**head, **tiles, "CHUNK": chunk}, arch, config,
                           config["warps"], config["stages"], maps),
                     _step("fwd_combine", attn_fwd_decode_combine, per_row,
-                          {**decode, "CHUNK": chunk, "BLOCK_C": COMBINE_CHUNKS}, arch, config,
-                          4, 1))
+                          {**head, "CHUNK": chunk, "BLOCK_C": COMBINE_CHUNKS}, arch, config, 4, 1))
         if config.get("decode"):
             per_kv_head = ((("B", 1), ("Hkv", 1)), (), ())
             return (_step("fwd", attn_fwd_decode_tma if tma else attn_fwd_decode, per_kv_head,
-                          {**decode, **tiles}, arch, config, config["warps"], config["stages"],
+                          {**head, **tiles}, arch, config, config["warps"], config["stages"],
                           maps),)
         return (_step("fwd", attn_fwd, per_q_tile(config["M"]), {**head, **tiles}, arch, config,
                       config["warps"], config["stages"]),)
