@@ -4,7 +4,8 @@ A step marked `pdl` is launched with CUDA's programmatic stream serialization: i
 start while the grid ahead in the stream drains, so its kernel must wait for that grid
 (`griddepcontrol.wait`, SASS `ACQBULK`) before it touches memory. Here: in the default bundles
 a step is marked exactly where its image waits (every Gluon kernel; no triton or AMD kernel),
-and the runtime reads the mark (explain names it) and refuses a malformed one. That the kernels
+the runtime reads the mark (explain names it) and refuses a malformed one, and `verify`
+reports one that is not a boolean or sits in an AMD archive. That the kernels
 compute the same with it is checked on the GPU (tests/gpu/test_gluon_attn.py,
 test_gluon_bwd.py, test_torch_sdpa.py).
 """
@@ -15,6 +16,7 @@ import pytest
 
 from attnpack import runtime as rt
 from attnpack.archive import read_archive
+from attnpack.archive.verify import verify_archive
 from attnpack.builder.backends.triton import cuobjdump, disassemble
 from test_runtime_fixtures import (attention_kernels, expect_error, synthetic_archive,  # noqa: F401
                                    write_synthetic)
@@ -85,3 +87,16 @@ def test_a_pdl_that_is_not_a_boolean_is_a_corrupt_archive(tmp_path):
     path = write_synthetic(tmp_path / "attnpack-0.1.0-sm_90.apk", kernels)
     message = expect_error(rt.Status.ARCHIVE_CORRUPT, rt.Bundle, path, arch="sm_90")
     assert str(path) in message and "pdl" in message and "not a boolean" in message, message
+
+
+@pytest.mark.parametrize("arch,pdl,fault", [("sm_90", True, False), ("sm_90", 1, True),
+                                            ("gfx950", True, True), ("gfx950", False, False)])
+def test_verify_takes_a_boolean_pdl_on_nvidia_only(tmp_path, arch, pdl, fault):
+    kernels = attention_kernels(dtypes=("bf16",), head_dims=(64,))
+    kernels[0]["steps"][0]["pdl"] = pdl
+    path = write_synthetic(tmp_path / f"attnpack-0.1.0-{arch}.apk", kernels, arch=arch)
+    _, problems, _ = verify_archive(path)
+    flagged = [p for p in problems if "`pdl`" in p]
+    assert len(flagged) == fault, problems
+    if fault:
+        assert f"kernel {kernels[0]['name']} step fwd: `pdl` {pdl!r}: a boolean" in flagged[0]

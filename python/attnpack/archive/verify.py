@@ -23,6 +23,7 @@ def _check_index(ar: Archive) -> list[str]:
     if len(set(names)) != len(names):
         problems.append("index: duplicate kernel names")
     problems += _check_families(ar)
+    nvidia = ar.meta.get("target", {}).get("vendor") == "nvidia"
     for k in ar.kernels:
         where = f"kernel {k['name']}"
         key = k["key"]
@@ -58,6 +59,9 @@ def _check_index(ar: Archive) -> list[str]:
                 problems.append(f"{here}: symbol {s['symbol']} differs from its image's "
                                 f"{images[s['image']]['symbol']}")
             problems += [f"{here}: {p}" for p in _check_tensormaps(s, k["workspace"])]
+            if "pdl" in s and (not isinstance(s["pdl"], bool) or s["pdl"] and not nvidia):
+                problems.append(f"{here}: `pdl` {s['pdl']!r}: a boolean, true only on NVIDIA "
+                                "targets (programmatic launch is CUDA's)")
             problems += [f"{here}: {p}" for p in _check_params(s, ws)]
             for dim in s["grid"]:
                 for var, div in dim:
