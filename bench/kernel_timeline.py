@@ -22,6 +22,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from attnpack.bench.shapes import BENCH_DIR, load_shape_file
@@ -131,20 +132,19 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     if args.compare_pdl:
         runs = {}
-        for pdl in ("1", "0"):
-            cmd = [sys.executable, __file__, "--row", args.row, "--op", args.op,
-                   "--calls", str(args.calls), "--warmup", str(args.warmup), "--json", "/dev/stdout"]
-            out = subprocess.run(cmd, env={**os.environ, "ATTNPACK_PDL": pdl}, check=True,
-                                 capture_output=True, text=True).stdout
-            runs[f"{args.row} {args.op}, ATTNPACK_PDL={pdl}"] = json.loads(out.splitlines()[-1])
+        with tempfile.TemporaryDirectory() as tmp:
+            for pdl in ("1", "0"):
+                out = Path(tmp) / f"pdl{pdl}.json"
+                subprocess.run([sys.executable, __file__, "--row", args.row, "--op", args.op,
+                                "--calls", str(args.calls), "--warmup", str(args.warmup),
+                                "--json", str(out)],
+                               env={**os.environ, "ATTNPACK_PDL": pdl}, check=True,
+                               capture_output=True, text=True)
+                runs[f"{args.row} {args.op}, ATTNPACK_PDL={pdl}"] = json.loads(out.read_text())
     else:
         runs = {f"{args.row} {args.op}": measure(args.row, args.op, args.calls, args.warmup)}
     if args.json:
-        payload = json.dumps(next(iter(runs.values())) if len(runs) == 1 else runs)
-        if args.json == "/dev/stdout":
-            print(payload)
-            return
-        Path(args.json).write_text(payload)
+        Path(args.json).write_text(json.dumps(runs[next(iter(runs))] if len(runs) == 1 else runs))
     print_timelines(runs)
 
 

@@ -17,7 +17,8 @@ import pytest
 from attnpack import runtime as rt
 from attnpack.archive import read_archive
 from attnpack.archive.verify import verify_archive
-from attnpack.builder.backends.triton import cuobjdump, disassemble
+from attnpack.builder import sass
+from attnpack.builder.backends.triton import cuobjdump
 from test_runtime_fixtures import (attention_kernels, expect_error, synthetic_archive,  # noqa: F401
                                    write_synthetic)
 
@@ -29,10 +30,6 @@ def bundle(arch: str):
     if not path.is_file():
         pytest.skip(f"no {path.name} in build/bundle (bash build_tools/setup.sh)")
     return read_archive(path)
-
-
-def opcode_count(sass: str, opcode: str) -> int:
-    return len(re.findall(rf"^\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?{opcode}\b", sass, re.M))
 
 
 def test_a_step_is_programmatic_exactly_where_its_kernel_waits_for_the_grid_ahead():
@@ -51,8 +48,8 @@ def test_a_step_is_programmatic_exactly_where_its_kernel_waits_for_the_grid_ahea
             sample.setdefault((k["family"], base, pdl), s["image"])
     assert len({(f, b) for f, b, _ in sample}) == len(sample)  # one way per entry point
     for (family, base, pdl), image in sorted(sample.items()):
-        sass = disassemble(archive.image(image))
-        found = opcode_count(sass, "ACQBULK"), opcode_count(sass, "PREEXIT")
+        opcodes = [sass.opcode(i) for i in sass.instructions(archive.image(image))]
+        found = opcodes.count("ACQBULK"), opcodes.count("PREEXIT")
         # programmatic: one wait before the first memory access, one release of the next grid
         assert found == ((1, 1) if pdl else (0, 0)), (family, base, found)
     # at least the forward, the fast backward's three launches and the deterministic one's two

@@ -23,7 +23,7 @@ def _check_index(ar: Archive) -> list[str]:
     if len(set(names)) != len(names):
         problems.append("index: duplicate kernel names")
     problems += _check_families(ar)
-    nvidia = ar.meta.get("target", {}).get("vendor") == "nvidia"
+    nvidia = ar.target.get("vendor") == "nvidia"
     for k in ar.kernels:
         where = f"kernel {k['name']}"
         key = k["key"]
