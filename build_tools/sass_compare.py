@@ -16,6 +16,10 @@ With --loops it also prints, for each kernel whose code differs, what one trip r
 innermost loops issues in either tree (attnpack.builder.sass): the loop's length and the opcodes
 whose counts moved, e.g. a key-tile loop 794 -> 754 with FADD -66. Static counts: a branch
 inside a loop body (a masked tile's path) is counted whether taken or not.
+With --waits it prints, for every kernel, the order of each loop's wgmma commits, waits and
+exponentials in either tree (attnpack.builder.sass.wgmma_order): `GGW1eW0` where a softmax runs
+between the wait for its QKᵀ and the wait for the PV before it, `GGW1W0e` where ptxas put both
+waits first (docs/gluon-family.md, item 21). Give one tree twice to read a single tree.
 """
 from __future__ import annotations
 
@@ -47,6 +51,13 @@ def loop_report(old: list[str], new: list[str]) -> list[str]:
     return lines
 
 
+def wgmma_orders(code: list[str]) -> list[str]:
+    """attnpack.builder.sass.wgmma_order of each innermost loop that holds a wgmma."""
+    code = [sass.without_encoding(line) for line in code]
+    orders = [sass.wgmma_order(code, span) for span in sass.innermost(sass.loops(code))]
+    return [order for order in orders if "G" in order]
+
+
 def tree_code(tree: Path, family: str, op: str, name_filter: str) -> dict:
     """{variant name: [instructions of each step]} for the tree's declared variants."""
     root = tree / "aot" / "kernels"
@@ -74,6 +85,9 @@ def main(argv=None) -> int:
     ap.add_argument("--filter", default="", help="only variant names containing this")
     ap.add_argument("--loops", action="store_true",
                     help="what each innermost loop of a differing kernel issues in either tree")
+    ap.add_argument("--waits", action="store_true",
+                    help="every kernel's loops as wgmma commits, waits and exponentials "
+                         "(sass.wgmma_order) in either tree")
     args = ap.parse_args(argv)
     old, new = (tree_code(t, args.family, args.op, args.filter) for t in (args.old, args.new))
     both = sorted(old.keys() & new.keys())
@@ -83,6 +97,11 @@ def main(argv=None) -> int:
         if args.loops:
             for step_old, step_new in zip(old[name], new[name]):
                 print("\n".join(loop_report(step_old, step_new)))
+    if args.waits:
+        for name in both:
+            for n, (step_old, step_new) in enumerate(zip(old[name], new[name])):
+                was, now = wgmma_orders(step_old), wgmma_orders(step_new)
+                print(f"waits {name} step {n}: " + (f"{was} -> {now}" if was != now else f"{now}"))
     for name in sorted(old.keys() ^ new.keys()):
         print(f"only in {'old' if name in old else 'new'}: {name}")
     print(f"{len(both) - len(differ)} identical, {len(differ)} differ, "

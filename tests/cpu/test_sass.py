@@ -42,3 +42,20 @@ def test_opcodes_of_a_span_count_what_one_trip_issues():
     assert sass.loops(code, shortest=1) == [(1, 3)]
     assert sass.opcodes(code, (1, 3)) == {"MUFU.EX2": 1, "FADD": 1, "BRA": 1}
     assert sass.opcodes(code)["FADD"] == 2
+
+
+def test_wgmma_order_names_commits_waits_and_runs_of_exponentials():
+    qk = ["HGMMA.64x128x16.F32.BF16 R24, gdesc[UR44], RZ, !UPT ;",
+          "HGMMA.64x128x16.F32.BF16 R24, gdesc[UR36], R24, gsb0 ;"]
+    pv = ["HGMMA.64x128x16.F32.BF16 R88, R152, gdesc[UR16].tnspB, R88, gsb0 ;"]
+    wait = ["WARPGROUP.DEPBAR.LE gsb0, 0x1 ;", "WARPGROUP.DEPBAR.LE gsb0, 0x0 ;"]
+    softmax = ["FFMA R24, R24, R0, R3 ;", "MUFU.EX2 R211, R24 ;", "@!P0 MUFU.EX2 R2, R25 ;",
+               "FMNMX R5, R2, R35, !PT ;", "MUFU.EX2 R3, R28 ;"]
+    # as written: the softmax between the two waits; as ptxas had put it: the wait first. The
+    # exponentials between two wgmma events are one `e`, whatever else lies among them; a
+    # scoreboard wait (DEPBAR on SB1) is not a wgmma wait.
+    overlapped = qk + pv + wait[:1] + softmax + wait[1:] + ["DEPBAR.LE SB1, 0x0 ;"]
+    assert sass.wgmma_order(overlapped) == "GGW1eW0"
+    assert sass.wgmma_order(qk + pv + wait + softmax) == "GGW1W0e"
+    assert sass.wgmma_order(overlapped, (2, 5)) == "GW1e"
+    assert sass.wgmma_order(["WARPGROUP.DEPBAR.LE gsb0, 0xa ;"]) == "W10"

@@ -3,7 +3,8 @@ Triton ships), the loops among them, and the opcodes a loop issues.
 
 A change to a kernel's source can be weighed here before any GPU runs it: how many instructions
 one trip round its key-tile loop issues, and of which kind (docs/gluon-family.md, "Where the
-time goes", items 9-11). `build_tools/sass_compare.py --loops` prints this for two trees.
+time goes", items 9-11), and in which order its wgmmas, their waits and its exponentials come
+(item 21). `build_tools/sass_compare.py --loops` prints these for two trees.
 """
 from __future__ import annotations
 
@@ -64,6 +65,29 @@ def opcodes(code: list[str], span: tuple[int, int] | None = None) -> Counter:
     """How often each opcode appears in `code`, or in code[first..last] of a span."""
     first, last = span if span else (0, len(code) - 1)
     return Counter(opcode(i) for i in code[first:last + 1])
+
+
+_WAIT = re.compile(r"WARPGROUP\.DEPBAR\.LE gsb0, 0x([0-9a-f]+)")
+
+
+def wgmma_order(code: list[str], span: tuple[int, int] | None = None) -> str:
+    """The order of a span's wgmma events and exponentials, one letter group each: `G` a group
+    committed (the `HGMMA` that carries `gsb0`), `W<n>` a wait until at most n groups are in
+    flight, `e` the `MUFU.EX2`s between two of those. An overlapped forward key-tile loop as written issues QKᵀ and
+    PV, waits for QKᵀ, runs the softmax and then waits for PV: `GGW1eW0`; `GGW0e` would say the
+    softmax runs after PV, not beside it (docs/gluon-family.md, item 21)."""
+    first, last = span if span else (0, len(code) - 1)
+    order = []
+    for line in code[first:last + 1]:
+        op = opcode(line)
+        wait = _WAIT.search(line)
+        if op.startswith("HGMMA") and "gsb0" in line:
+            order.append("G")
+        elif wait:
+            order.append(f"W{int(wait.group(1), 16)}")
+        elif op == "MUFU.EX2" and (not order or order[-1] != "e"):
+            order.append("e")
+    return "".join(order)
 
 
 def wgmma_serialized(code: list[str]) -> bool:
