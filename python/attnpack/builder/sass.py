@@ -73,9 +73,10 @@ _WAIT = re.compile(r"WARPGROUP\.DEPBAR\.LE gsb0, 0x([0-9a-f]+)")
 def wgmma_order(code: list[str], span: tuple[int, int] | None = None) -> str:
     """The order of a span's wgmma events and exponentials, one letter group each: `G` a group
     committed (the `HGMMA` that carries `gsb0`), `W<n>` a wait until at most n groups are in
-    flight, `e` the `MUFU.EX2`s between two of those. An overlapped forward key-tile loop as written issues QKᵀ and
-    PV, waits for QKᵀ, runs the softmax and then waits for PV: `GGW1eW0`; `GGW0e` would say the
-    softmax runs after PV, not beside it (docs/gluon-family.md, item 21)."""
+    flight, `e` the `MUFU.EX2`s between two of those. An overlapped forward key-tile loop, as
+    written, issues QKᵀ and PV, waits for QKᵀ, runs the softmax and then waits for PV:
+    `GGW1eW0`; `GGW1W0e`, as ptxas had placed the waits, says the softmax runs after PV, not
+    beside it (docs/gluon-family.md, item 21)."""
     first, last = span if span else (0, len(code) - 1)
     order = []
     for line in code[first:last + 1]:
