@@ -6,7 +6,9 @@
 # wait (fwd._end_block, a branch round code that never runs): the wait then comes after the
 # softmax's last exp2 in every one of them, no spills, no serialized wgmma, mostly 3-5
 # instructions more a loop trip; the other 88 forward kernels keep their instructions
-# (sass_compare.py); the patch's CPU test checks the order. build_tools/patch_ab.sh: test_gluon_attn.py on the patched
+# (sass_compare.py); the patch's CPU test checks the order. It also declares the overlapped
+# persistent N128 2-stage config under causal at head dims 96/128 (excluded as spilling; it no
+# longer spills): four new kernels, timed on the patched side only. build_tools/patch_ab.sh: test_gluon_attn.py on the patched
 # tree (the smoke test over every forward kernel, where a hang would show, growing maxima,
 # persistent units, every bf16 causal case and the B1 H8 fp16 cases without a mask), then the
 # committed and the patched bf16 overlapped forward kernels by cycles over both shape sets.
