@@ -8,10 +8,11 @@
 # instructions more a loop trip; the other 88 forward kernels keep their instructions
 # (sass_compare.py); the patch's CPU test checks the order. It also declares the overlapped
 # persistent N128 2-stage config under causal at head dims 96/128 (excluded as spilling; it no
-# longer spills): four new kernels, timed on the patched side only. build_tools/patch_ab.sh: test_gluon_attn.py on the patched
-# tree (the smoke test over every forward kernel, where a hang would show, growing maxima,
-# persistent units, every bf16 causal case and the B1 H8 fp16 cases without a mask), then the
-# committed and the patched bf16 overlapped forward kernels by cycles over both shape sets.
+# longer spills): four new kernels, timed on the patched side only. build_tools/patch_ab.sh:
+# test_gluon_attn.py on the patched tree (the smoke test over every forward kernel, where a hang
+# would show, growing maxima, persistent units, every bf16 causal case and the B1 H8 fp16 cases
+# without a mask), then the committed and the patched bf16 overlapped forward kernels by cycles
+# over both shape sets.
 #   usage (device, repo root): ATTNPACK_COMMIT=<sha> OUT=$OUT bash .carry/runEE.sh > $OUT/run.log 2>&1
 cd "$(dirname "$0")/.."
 export ATTNPACK_COMMIT=${ATTNPACK_COMMIT:-unknown}
