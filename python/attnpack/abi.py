@@ -47,24 +47,41 @@ HEAD_DIM = "D"
 # Workspace buffer extents: the sizes, and the head dim (a per-row buffer such as an fp32
 # dQ accumulator [B, Hq, Sq, D]). Format 2.2 adds `<size>/<n>`, ceil(size / n) as a grid factor
 # counts programs (a split-KV kernel's partial results: one per ceil(Sk / chunk) program).
-WORKSPACE_SIZES = SIZES + (HEAD_DIM,)
+# Format 2.6 adds the device's multiprocessor count `num_sms` and literals `const:<n>`, n in
+# 1..MAX_EXTENT_DIVISOR (a persistent kernel's per-program buffers: [num_sms, const:256, D]).
+WORKSPACE_SIZES = SIZES + (HEAD_DIM, "num_sms")
 MAX_EXTENT_DIVISOR = 1 << 20
+WORKSPACE_CONSTANT = "const"
 
 
 def workspace_extent(word: str) -> tuple[str, int]:
     """(size word, divisor) of a workspace extent: `Sq` is ("Sq", 1), `Sk/256` ("Sk", 256),
-    ceil(Sk / 256). ValueError for anything else."""
+    ceil(Sk / 256); (2.6) `const:256` is ("const", 256), the literal. ValueError for anything
+    else."""
+    if word.startswith(CONSTANT_PREFIX):
+        text = word[len(CONSTANT_PREFIX):]
+        if not re.fullmatch(r"[1-9][0-9]*", text) or int(text) > MAX_EXTENT_DIVISOR:
+            raise ValueError(f"'{word}' is not a workspace extent: const:<n> takes an integer n "
+                             f"in 1..{MAX_EXTENT_DIVISOR}")
+        return WORKSPACE_CONSTANT, int(text)
     name, sep, divisor = word.partition("/")
     if not sep:
         if name not in WORKSPACE_SIZES:
             raise ValueError(f"'{word}' is not a workspace extent: one of {WORKSPACE_SIZES}, "
-                             "or <size>/<n>")
+                             "<size>/<n> or const:<n>")
         return name, 1
     if name not in SIZES or not re.fullmatch(r"[1-9][0-9]*", divisor) \
             or not 2 <= int(divisor) <= MAX_EXTENT_DIVISOR:
         raise ValueError(f"'{word}' is not a workspace extent: <size>/<n> takes a size of {SIZES} "
                          f"and an integer n in 2..{MAX_EXTENT_DIVISOR}")
     return name, int(divisor)
+
+
+def workspace_extent_value(word: str, values: dict[str, int]) -> int:
+    """The extent `word` (workspace_extent) takes where the size words, D and num_sms have
+    `values`."""
+    name, n = workspace_extent(word)
+    return n if name == WORKSPACE_CONSTANT else -(-values[name] // n)
 
 # Float scalars: the softmax scale and the same scale times log2(e) (kernels use exp2).
 FLOATS = ("sm_scale", "sm_scale_log2")
@@ -329,7 +346,7 @@ def tensormap_params(param: str, tensor: str,
         shape, axes = tensor_shape_words(tensor), AXES
     else:
         if len(workspace_shape) > len(AXES) or \
-                any(workspace_extent(w)[1] != 1 for w in workspace_shape):
+                any(w not in SIZES + (HEAD_DIM,) for w in workspace_shape):
             raise ValueError(f"a tensor map views workspace {tensor} {list(workspace_shape)}: "
                              f"at most {len(AXES)} extents, each a size word or D")
         shape, axes = workspace_shape, AXES[:len(workspace_shape)]

@@ -33,11 +33,8 @@ def grid_extent(grid, sizes: Mapping[str, int]) -> tuple[int, int, int]:
 
 def workspace_tensors(variant: Variant, sizes: Mapping[str, int], device) -> dict[str, torch.Tensor]:
     extents = {**sizes, abi.HEAD_DIM: variant.key.head_dim}
-
-    def extent(word: str) -> int:
-        size, divisor = abi.workspace_extent(word)
-        return -(-extents[size] // divisor)
-    return {w.name: torch.empty([extent(s) for s in w.shape], dtype=torch.float32, device=device)
+    return {w.name: torch.empty([abi.workspace_extent_value(s, extents) for s in w.shape],
+                                dtype=torch.float32, device=device)
             for w in variant.workspace}
 
 

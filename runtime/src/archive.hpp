@@ -19,7 +19,7 @@
 namespace attnpack {
 
 constexpr uint16_t kFormatMajor = ATTNPACK_ARCHIVE_FORMAT_MAJOR;
-constexpr uint16_t kFormatMinor = 5;  // the newest minor this runtime knows (informational)
+constexpr uint16_t kFormatMinor = 6;  // the newest minor this runtime knows (informational)
 
 // A family's declared policy (the index's `families`).
 struct FamilyRecord {

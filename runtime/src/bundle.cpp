@@ -241,7 +241,7 @@ uint64_t Bundle::workspace_size(const Problem& input) {
   Selection selection = selector_->select(with_device_facts(input));
   if (!selection.plan) fail(ATTNPACK_STATUS_UNSUPPORTED, selection.unsupported_reason);
   Problem problem = input;
-  if (selection.plan->scratch_needs_num_sms) problem.sizes[kNumSms] = current_device().info.num_sms;
+  if (selection.plan->workspace_needs_num_sms) problem.sizes[kNumSms] = current_device().info.num_sms;
   return layout_workspace(*selection.plan, batch_slice(problem, 0, selection.batch_per_launch)).total;
 }
 
@@ -291,6 +291,7 @@ std::string Bundle::explain(const Problem& input) {
   // Grids over num_sms need the device, which explain asks only for kernels' requirements.
   bool sizes_known = true;
   for (const StepPlan& step : plan.steps) sizes_known &= !step.grid_uses_num_sms || problem.sizes[kNumSms] != 0;
+  sizes_known &= !plan.workspace_needs_num_sms || problem.sizes[kNumSms] != 0;
   for (const StepPlan& step : plan.steps) {
     const StepRecord& record = *step.record;
     out += "  step " + record.name + ": " + record.symbol + " grid " + grid_formula(step, first, sizes_known) +

@@ -538,26 +538,46 @@ std::string requirement_failure(const KernelPlan& plan, const Problem& problem) 
   return "";
 }
 
-// "Sq", "D" or (2.2) "<size>/<n>" with n in 2..2^20 (python/attnpack/abi.py workspace_extent).
+// An integer in [lo, 2^20] written in decimal without a leading zero; nullopt otherwise.
+static std::optional<int64_t> parse_extent_integer(const std::string& digits, int64_t lo) {
+  if (digits.empty() || digits.size() > 7 || digits[0] == '0' ||
+      digits.find_first_not_of("0123456789") != std::string::npos) {
+    return std::nullopt;
+  }
+  const int64_t value = std::stoll(digits);
+  if (value < lo || value > (int64_t(1) << 20)) return std::nullopt;
+  return value;
+}
+
+// "Sq", "D", (2.2) "<size>/<n>" with n in 2..2^20, (2.6) "num_sms" and "const:<n>" with n in
+// 1..2^20 (python/attnpack/abi.py workspace_extent).
 static std::optional<WorkspaceExtent> parse_workspace_extent(const std::string& word) {
+  WorkspaceExtent extent;
+  static const std::string kConstant = "const:";
+  if (word.compare(0, kConstant.size(), kConstant) == 0) {
+    const std::optional<int64_t> value = parse_extent_integer(word.substr(kConstant.size()), 1);
+    if (!value) return std::nullopt;
+    extent.size = kWorkspaceConstant;
+    extent.divisor = *value;
+    return extent;
+  }
   const size_t slash = word.find('/');
   const std::string name = word.substr(0, slash);
-  WorkspaceExtent extent;
   if (slash == std::string::npos && name == "D") {
     extent.size = kWorkspaceHeadDim;
+    return extent;
+  }
+  if (slash == std::string::npos && name == "num_sms") {
+    extent.size = kNumSms;
     return extent;
   }
   const int size = find_word(kSizeWords, kSk + 1, name);
   if (size < 0) return std::nullopt;
   extent.size = SizeId(size);
   if (slash == std::string::npos) return extent;
-  const std::string digits = word.substr(slash + 1);
-  if (digits.empty() || digits.size() > 7 || digits[0] == '0' ||
-      digits.find_first_not_of("0123456789") != std::string::npos) {
-    return std::nullopt;
-  }
-  extent.divisor = std::stoll(digits);
-  if (extent.divisor < 2 || extent.divisor > (int64_t(1) << 20)) return std::nullopt;
+  const std::optional<int64_t> divisor = parse_extent_integer(word.substr(slash + 1), 2);
+  if (!divisor) return std::nullopt;
+  extent.divisor = *divisor;
   return extent;
 }
 
@@ -574,6 +594,7 @@ KernelPlan plan_kernel(const Archive& archive, const KernelRecord& kernel) {
         return plan;
       }
       shape.push_back(*extent);
+      plan.workspace_needs_num_sms |= extent->size == kNumSms;
     }
     plan.workspace_shapes.push_back(std::move(shape));
   }
@@ -593,7 +614,7 @@ KernelPlan plan_kernel(const Archive& archive, const KernelRecord& kernel) {
     }
     const ScratchRecord& scratch = kernel.steps[i].scratch;
     if (scratch.global_size > 0 || scratch.profile_size > 0) {
-      plan.scratch_needs_num_sms |= plan.steps[i].grid_uses_num_sms;
+      plan.workspace_needs_num_sms |= plan.steps[i].grid_uses_num_sms;
     }
   }
   return plan;

@@ -44,12 +44,16 @@ enum class Transform : uint8_t { None, Bytes };
 // A workspace extent: a size, or the head dim ("D": an fp32 dQ accumulator [B, Hq, Sq, D]),
 // which takes the first id past the size words (no grid factor uses it); format 2.2's
 // "<size>/<n>" divides, rounding up as grid factors do ("Sk/256": one per 256-key program).
+// Format 2.6 adds the device's "num_sms" and literals "const:<n>" (the id after D, n kept in
+// `divisor`): a persistent kernel's per-program buffers, [num_sms, const:256, D].
 constexpr SizeId kWorkspaceHeadDim = SizeId(kNumSizeWords);
+constexpr SizeId kWorkspaceConstant = SizeId(kNumSizeWords + 1);
 struct WorkspaceExtent {
   SizeId size = kB;
   int64_t divisor = 1;
 };
 inline int64_t workspace_extent(const Problem& problem, WorkspaceExtent extent) {
+  if (extent.size == kWorkspaceConstant) return extent.divisor;
   const int64_t value = extent.size == kWorkspaceHeadDim ? int64_t(problem.head_dim) : problem.sizes[extent.size];
   return (value + extent.divisor - 1) / extent.divisor;
 }
@@ -122,7 +126,7 @@ struct KernelPlan {
   bool requires_num_sms = false;  // a requirement names the device's multiprocessor count
   bool uses_tensor[kNumTensors] = {};
   bool uses_lse = false;
-  bool scratch_needs_num_sms = false;  // workspace size depends on the device
+  bool workspace_needs_num_sms = false;  // workspace size depends on the device
   std::string defect;  // why this runtime cannot launch it; empty when it can
 };
 
@@ -162,7 +166,7 @@ struct WorkspaceLayout {
 // Declared buffers in order, each 256-byte aligned, then one scratch region that the steps
 // share (they run in order on one stream): per step, global scratch then profile scratch,
 // each `size * programs * cluster blocks` bytes. `problem.sizes[kNumSms]` must be set when
-// `plan.scratch_needs_num_sms`.
+// `plan.workspace_needs_num_sms`.
 WorkspaceLayout layout_workspace(const KernelPlan& plan, const Problem& problem);
 
 // What resolves a plan's buffer words at launch.

@@ -270,8 +270,28 @@ def test_a_divided_workspace_extent_rounds_up_as_grid_factors_do(tmp_path):
                 math.ceil(part / 256) * 256 + B * chunks * 4, Sk
 
 
+# ---- format 2.6: workspace extents num_sms and const:<n> -------------------------------------
+
+@pytest.mark.parametrize("sms", [132, 78])
+def test_a_workspace_over_the_devices_programs_takes_its_count(tmp_path, monkeypatch, sms):
+    """A persistent kernel's per-program buffers: [num_sms, const:n, D] floats, sized by the
+    device's multiprocessor count at launch (the recording driver's, here)."""
+    k = _kernel(workspace=[("part", ("num_sms", "const:256", "D")), ("ctr", ("num_sms", "const:16"))],
+                words=[("q", "ptr", 0), ("part", "ptr", 8), ("ctr", "ptr", 16)], kernarg=24)
+    path = _archive(tmp_path, [k])
+    assert _index_problems(path) == []
+    monkeypatch.setenv("ATTNPACK_RECORDING_NUM_SMS", str(sms))
+    with rt.Bundle(path, recording=True) as bundle:
+        part = sms * 256 * 128 * 4
+        assert bundle.workspace_size(_problem()) == math.ceil(part / 256) * 256 + sms * 16 * 4
+    assert abi.workspace_extent("const:256") == ("const", 256)
+    assert abi.workspace_extent_value("const:256", {}) == 256
+    assert abi.workspace_extent_value("num_sms", {"num_sms": sms}) == sms
+
+
 @pytest.mark.parametrize("extent", ["Sk/1", "Sk/0", "Sk/", "Sk/02", "D/4", "Sk/2097152", "Sk*2",
-                                    "num_sms/4", "L"])
+                                    "num_sms/4", "L", "const:0", "const:", "const:01",
+                                    "const:1048577", "const:-2", "const:2.5"])
 def test_a_workspace_extent_the_runtime_refuses_python_refuses_too(tmp_path, extent):
     k = _kernel(workspace=[("part", ("B", extent))], words=[("q", "ptr", 0), ("part", "ptr", 8)],
                 kernarg=16)

@@ -20,8 +20,10 @@ MAGIC = b"ATTNPACK"
 # 2.5 (additive): a step may carry `pdl`: its kernel waits for the grid ahead itself, so the
 # runtime may launch it with programmatic stream serialization; an older runtime launches it
 # plainly, which is also correct.
+# 2.6 (additive): workspace extents gain `num_sms` and `const:<n>` (a persistent kernel's
+# per-program buffers); an older runtime marks a kernel using them as one it cannot launch.
 FORMAT_MAJOR = 2
-FORMAT_MINOR = 5
+FORMAT_MINOR = 6
 # magic, major, minor, meta size, sha256(meta)
 PREAMBLE = struct.Struct("<8sHHI32s")
 ZSTD_LEVEL = 19
