@@ -41,15 +41,23 @@ def gluon_archive(tmp_path_factory):
     return path
 
 
+def _fwd_step(rec):
+    """A forward kernel's attention step: its only one, or with the split tail the one after
+    the counters' zeroing."""
+    [step] = [s for s in rec["steps"] if s["name"] == "fwd"]
+    return step
+
+
 def test_archive_verifies_with_no_problems(gluon_archive):
     ar, problems, warnings = verify_archive(gluon_archive)
     assert problems == [] and warnings == []
     declared = [v.name for v in load_families()["gluon"].all_variants("sm_90")
                 if v.op == "fwd" and v.key.dtype == "bf16" and v.key.head_dim == 128]
     # the 12 two-consumer configs, causal and full, less the persistent N128 3-stage one, whose
-    # 256 KiB of shared memory sm_90 does not have, plus its 2-stage stand-in without a mask
-    # (three consumers serve head dim 64 only)
-    assert sorted(k["name"] for k in ar.kernels) == sorted(declared) and len(declared) == 23
+    # 256 KiB of shared memory sm_90 does not have, plus its 2-stage stand-in without a mask,
+    # and the split tail's two persistent configs without a mask (three consumers serve head
+    # dim 64 only)
+    assert sorted(k["name"] for k in ar.kernels) == sorted(declared) and len(declared) == 25
     assert {k["family"] for k in ar.kernels} == {"gluon"}
 
 
@@ -99,10 +107,15 @@ def test_gluon_is_never_a_default():
     # at 256 all but the N64 2-stage pair (plain and overlapped); the overlapped persistent
     # N128 2-stage config at 96 and 128 without a mask only; the 6 three-consumer configs at
     # head dim 64 only (wider ones spill or measured slower than two consumers); and the 8
-    # four-consumer configs, head dim 64 and 64-key tiles only (everything else spills)
+    # four-consumer configs, head dim 64 and 64-key tiles only (everything else spills); the
+    # split tail's configs without a mask, three at head dim 64 and two at 96 and 128
     fwd = [v for v in everything if v.family == "gluon" and v.op == "fwd"]
     per_dim = {d: len([v for v in fwd if v.key.head_dim == d]) for d in (64, 96, 128, 256)}
-    assert per_dim == {64: 104, 96: 46, 128: 46, 256: 8}
+    assert per_dim == {64: 110, 96: 50, 128: 50, 256: 8}
+    tail = [v for v in fwd if v.config.get("tail")]
+    assert len(tail) == 14 and not any(v.key.causal for v in tail)
+    assert all(v.config["persistent"] and len(v.steps) == 2 for v in tail)
+    fwd = [v for v in fwd if not v.config.get("tail")]
     three = {v.name.split("/")[-1] for v in fwd if v.config.get("consumers") == 3}
     assert len(three) == 6 and all(n.endswith("_consumers3") for n in three)
     assert all(v.key.head_dim == 64 for v in fwd if v.config.get("consumers") == 3)
@@ -129,11 +142,13 @@ def test_padded_head_dims_load_tiles_of_the_next_power_of_two():
             if v.key.head_dim != d:
                 continue
             for step in v.steps:
+                if step.name == "fwd_tail_zero":  # the split tail's counters only
+                    continue
                 assert step.kernel.constexprs["HEAD_DIM"] == tile
                 assert {m.block[3] for m in step.tensormaps} <= {tile, tile // 2}
-                if v.op == "bwd":
-                    # the plain-pointer steps (O in the dQ kernel too), dK/dV stores and the dQ
-                    # accumulator keep 96
+                if v.op == "bwd" or v.config.get("tail"):
+                    # the plain-pointer steps (O in the dQ kernel too, and the split tail's
+                    # merged O), dK/dV stores and the dQ accumulator keep 96
                     assert step.kernel.constexprs["D"] == d
     assert gluon.key_excluded("sm_90", "bwd", FunctionalKey("bf16", 96, True)) is None
     assert gluon.key_excluded("sm_90", "bwd", FunctionalKey("bf16", 256, True)) is None  # wide
@@ -214,6 +229,39 @@ def test_persistent_kernel_launches_one_program_per_sm(gluon_archive):
     assert [l["shared"] for l in launches] == [step["shared"]] * 2
 
 
+TAIL = "gluon/fwd/bf16-d128-full/M64_N128_stages2_persistent1_tail1"
+
+
+def test_split_tail_kernel_zeroes_its_counters_then_runs_the_forward(gluon_archive):
+    """A split-tail forward is two launches of one program per SM (132 on the recording
+    driver's pretend H200): the counters' zeroing, then the forward, which gets the same counter
+    buffer, its other workspace slots and O by pointer beside the descriptors; the workspace
+    is sized by the device's SM count (format 2.6), 2 pieces' slots a program."""
+    ar = read_archive(gluon_archive)
+    rec = ar.kernel(TAIL)
+    assert [s["name"] for s in rec["steps"]] == ["fwd_tail_zero", "fwd"]
+    assert rec["workspace"] == [{"name": "tail_part", "shape": ["num_sms", "const:32768"]},
+                                {"name": "tail_stat", "shape": ["num_sms", "const:512"]},
+                                {"name": "tail_ctr", "shape": ["num_sms", "const:16"]}]
+    zero, fwd = rec["steps"]
+    words = [p[0] for p in fwd["params"]]
+    assert zero["params"][0][:2] == ["tail_ctr", "ptr"] and zero["grid"] == [[["num_sms", 1]], [], []]
+    first = words.index("tail_part")
+    assert words[first:first + 7] == ["tail_part", "tail_stat", "tail_ctr", "o", "o_stride_b",
+                                      "o_stride_h", "o_stride_s"]
+    ptrs = {t: 0x7f0000000000 + (i << 24) for i, t in enumerate(("q", "k", "v", "o", "lse"))}
+    problem = rt.make_problem("fwd", "bf16", B=2, Hq=8, Hkv=8, Sq=1000, Sk=1000, D=128,
+                              kernel=TAIL, pointers=ptrs)
+    with rt.Bundle(gluon_archive, recording=True) as bundle:
+        part, stat, ctr = 132 * 32768 * 4, 132 * 512 * 4, 132 * 16 * 4
+        size = bundle.workspace_size(problem)
+        assert size == part + stat + ctr
+        bundle.forward(problem, workspace=0x7e0000000000, workspace_size=size)
+        launches = bundle.recorded_launches()["launches"]
+    assert [l["grid"] for l in launches] == [[132, 1, 1], [132, 1, 1]]
+    assert [l["symbol"] for l in launches] == ["attn_fwd_tail_zero", "attn_fwd_pingpong_tail"]
+
+
 THREE_CONSUMERS = ("gluon/fwd/bf16-d64-causal/M64_N64_stages3_overlap1_persistent1_consumers3",
                    "gluon/fwd/bf16-d64-full/M64_N128_stages3_consumers3")
 # A causal one on a 2-stage ring, whose consumer 0 skips up to three key tiles, more than the
@@ -264,7 +312,7 @@ def test_turns_use_hardware_barriers_triton_leaves_alone(gluon_archive, many_con
     if not cuobjdump().is_file():
         pytest.skip(f"no cuobjdump in the triton package ({cuobjdump()})")
     ar = read_archive(gluon_archive)
-    kernels = [(rec["name"], ar.image(rec["steps"][0]["image"]),
+    kernels = [(rec["name"], ar.image(_fwd_step(rec)["image"]),
                 rec["config"].get("consumers", 2)) for rec in ar.kernels]
     kernels += [(name, cubin, step.kernel.constexprs["CONSUMERS"])
                 for name, (step, cubin, _) in many_consumer_cubins.items()]
@@ -287,7 +335,7 @@ def test_key_tile_loops_keep_one_warpgroup_barrier(gluon_archive):
     from attnpack.builder import sass
     ar = read_archive(gluon_archive)
     for rec in ar.kernels:
-        code = sass.instructions(ar.image(rec["steps"][0]["image"]))
+        code = sass.instructions(ar.image(_fwd_step(rec)["image"]))
         loops = [code[first:last + 1] for first, last in sass.innermost(sass.loops(code))
                  if code[last].startswith("@")]
         loops = [body for body in loops
@@ -394,6 +442,53 @@ class _IntegerGl:
     """gl's scalar functions over Python integers, to run fwd's index helpers as plain Python."""
     minimum = staticmethod(min)
     cdiv = staticmethod(lambda a, b: -(-a // b))
+    static_range = range
+
+
+@pytest.mark.parametrize("programs", [132, 78, 7, 1])
+@pytest.mark.parametrize("tiles,n_kv", [(2048, 16), (4096, 32), (2048, 8), (200, 8), (68, 4),
+                                        (3, 1), (1, 2), (264, 16), (133, 2), (1000, 3), (5, 64)])
+def test_split_tail_covers_every_key_tile_once_and_shortens_the_last_round(
+        monkeypatch, tiles, n_kv, programs):
+    """The split tail's work order (fwd._tail_split, _tail_units, _tail_unit), run as plain
+    Python: every (tile, key tile) is computed exactly once; a tile's pieces are consecutive
+    key ranges, the first a key tile longer where they do not divide, at most TAIL_MAX_PIECES,
+    each at least one key tile, taken piece by piece (every split tile's first piece, then its
+    second, ...), their slots inside the workspace's TAIL_SLOTS per program; and the last
+    round, in tiles, is the shortest that 1..TAIL_MAX_PIECES pieces give (none where nothing is
+    left over: 2048 tiles on 128 programs). On 132 SMs the bench's 2048 tiles of 16 key tiles take 15 whole rounds and
+    thirds of the 68 left (15.69 rounds, from 16); 4096 take 31 and quarters of 4."""
+    fwd = kernel_module("fwd")
+    monkeypatch.setattr(fwd, "gl", _IntegerGl)
+    most, slots = fwd.TAIL_MAX_PIECES.value, fwd.TAIL_SLOTS.value
+    monkeypatch.setattr(fwd, "TAIL_MAX_PIECES", most)
+    monkeypatch.setattr(fwd, "TAIL_SLOTS", slots)
+    whole, pieces = fwd._tail_split.fn(tiles, programs, n_kv)
+    rest = tiles - whole
+    assert whole % programs == 0 and 0 <= rest < programs and 1 <= pieces <= most
+    assert pieces <= n_kv and rest * pieces <= slots * programs
+    covered, load = [], [0.0] * programs
+    units = fwd._tail_units.fn(tiles, whole, pieces)
+    for unit in range(units):
+        tile, lo, hi = fwd._tail_unit.fn(unit, whole, pieces, rest, n_kv)
+        assert 0 <= tile < tiles and 0 <= lo < hi <= n_kv
+        if unit >= whole:  # piece i of tile whole + t is unit whole + i·rest + t, its slot
+            piece = (unit - whole) // rest
+            assert tile == whole + (unit - whole) % rest and unit - whole < slots * programs
+            assert hi - lo == n_kv // pieces + (piece < n_kv % pieces)  # the longer ones first
+        covered += [(tile, j) for j in range(lo, hi)]
+        load[unit % programs] += (hi - lo) / n_kv
+    assert sorted(covered) == [(t, j) for t in range(tiles) for j in range(n_kv)]
+    best = min(-(-rest * k // programs) / k for k in range(1, most + 1)
+               if k == 1 or (k <= n_kv and rest * k <= slots * programs))
+    last_round = -(-rest * pieces // programs) / pieces if rest else 0
+    assert last_round == (best if rest else 0)
+    if (tiles, n_kv, programs) == (2048, 16, 132):
+        # thirds of 16 key tiles are 6, 5 and 5, the 68 first pieces the 6-tile ones: a
+        # program takes at most a 6- and a 5-tile piece, and the last ends at 15.69 rounds
+        assert (whole, pieces) == (1980, 3) and max(load) == pytest.approx(15 + 11 / 16)
+    if (tiles, n_kv, programs) == (4096, 32, 132):
+        assert (whole, pieces) == (4092, 4) and max(load) == pytest.approx(31.25)
 
 
 @pytest.mark.parametrize("Sq,Sk", [(1, 1), (128, 128), (200, 200), (640, 640), (1000, 3000),
@@ -463,7 +558,7 @@ def test_key_tile_loop_issues_one_exp2_per_score_and_row(gluon_archive):
     from attnpack.builder import sass
     ar = read_archive(gluon_archive)
     [rec] = [r for r in ar.kernels if r["name"] == PERSISTENT]
-    code = sass.instructions(ar.image(rec["steps"][0]["image"]))
+    code = sass.instructions(ar.image(_fwd_step(rec)["image"]))
     trips = [sass.opcodes(code, span) for span in sass.innermost(sass.loops(code))]
     key_tile = [t for t in trips if t["HGMMA.64x128x16.F32.BF16"] == 16]
     assert len(key_tile) == 2, trips  # one loop per consumer partition
@@ -478,7 +573,7 @@ def test_no_kernel_has_its_wgmmas_serialized(gluon_archive):
     from attnpack.builder import sass
     ar = read_archive(gluon_archive)
     serialized = [r["name"] for r in ar.kernels
-                  if sass.wgmma_serialized(sass.instructions(ar.image(r["steps"][0]["image"])))]
+                  if sass.wgmma_serialized(sass.instructions(ar.image(_fwd_step(r)["image"])))]
     assert serialized == []
 
 
@@ -499,14 +594,22 @@ class _NumpyGl:
     fma = staticmethod(lambda x, y, z: (np.float64(x) * y + z).astype(np.float32))
 
 
+def _numpy_fwd(monkeypatch):
+    """fwd with gl over numpy (_NumpyGl), its float constants as float32 and _reference plain
+    Python (the helpers under test call it)."""
+    fwd = kernel_module("fwd")
+    if fwd.gl is not _NumpyGl:
+        monkeypatch.setattr(fwd, "gl", _NumpyGl)
+        for name in ("HUGE_SCALED_MAX", "ULP_BUMP", "LOG2E", "LN2"):
+            monkeypatch.setattr(fwd, name, np.float32(getattr(fwd, name).value))
+        monkeypatch.setattr(fwd, "_reference", fwd._reference.fn)
+    return fwd
+
+
 def _online_softmax(monkeypatch, s, v, scale, block_n, causal=False):
     """O and LSE of one consumer's rows from their float32 scores s [M, Sk], key tile by key
     tile through fwd._softmax as _attend calls it, then fwd._row_lse as the epilogue does."""
-    fwd = kernel_module("fwd")
-    monkeypatch.setattr(fwd, "gl", _NumpyGl)
-    for name in ("HUGE_SCALED_MAX", "ULP_BUMP", "LOG2E", "LN2"):
-        monkeypatch.setattr(fwd, name, np.float32(getattr(fwd, name).value))
-    monkeypatch.setattr(fwd, "_reference", fwd._reference.fn)  # called from the other two
+    fwd = _numpy_fwd(monkeypatch)
     rows, Sk = s.shape
     m_i = np.full(rows, -np.inf, np.float32)
     l_i = np.zeros(rows, np.float32)
@@ -524,6 +627,78 @@ def _online_softmax(monkeypatch, s, v, scale, block_n, causal=False):
             assert p.dtype == alpha.dtype == np.float32 and (p <= 1).all() and (alpha <= 1).all()
             acc = acc * alpha[:, None] + p @ v_tile
         return acc / l_i[:, None], fwd._row_lse.fn(m_i, l_i, np.float32(scale))
+
+
+def _split_softmax(monkeypatch, s, v, scale, block_n, ranges):
+    """O and LSE of rows without a mask computed as a split tail does: each range of key tiles
+    (lo, hi) through fwd._softmax as a piece's _attend calls it (from its key tile lo), then
+    the pieces merged in order by fwd._merge_step and finished as _tail_epilogue does."""
+    fwd = _numpy_fwd(monkeypatch)
+    rows, Sk = s.shape
+    qk_scale = np.float32(scale * fwd.LOG2E)
+    m = np.full(rows, -np.inf, np.float32)
+    r = np.full(rows, -np.inf, np.float32)
+    l = np.zeros(rows, np.float32)
+    merged = np.zeros((rows, v.shape[1]), np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        for lo, hi in ranges:
+            m_i = np.full(rows, -np.inf, np.float32)
+            l_i = np.zeros(rows, np.float32)
+            r_i = np.full(rows, -np.inf, np.float32)
+            acc = np.zeros((rows, v.shape[1]), np.float32)
+            for j in range(lo, hi):
+                tile = np.zeros((rows, block_n), np.float32)
+                tile[:, :min(block_n, Sk - j * block_n)] = s[:, j * block_n:(j + 1) * block_n]
+                v_tile = np.zeros((block_n, v.shape[1]), np.float32)
+                v_tile[:min(block_n, Sk - j * block_n)] = v[j * block_n:(j + 1) * block_n]
+                p, alpha, m_i, l_i, r_i = fwd._softmax.fn(tile, m_i, l_i, r_i, j, 0, Sk, qk_scale,
+                                                          None, rows, block_n, False)
+                acc = acc * alpha[:, None] + p @ v_tile
+            m, r, l, merged = fwd._merge_step.fn(m, r, l, merged, m_i, l_i, acc, qk_scale)
+            assert m.dtype == r.dtype == l.dtype == merged.dtype == np.float32
+        return merged * (1 / l)[:, None], fwd._row_lse.fn(m, l, np.float32(scale))
+
+
+def _piece_ranges(n_kv, pieces):
+    return [(k * n_kv // pieces, (k + 1) * n_kv // pieces) for k in range(pieces)]
+
+
+@pytest.mark.parametrize("pieces", [2, 3, 4])
+@pytest.mark.parametrize("Sk,block_n", [(2048, 128), (300, 64), (1000, 128)])
+@pytest.mark.parametrize("magnitude", [1.0, 30.0, 3e3])
+def test_split_tail_merge_keeps_o_and_lse(monkeypatch, magnitude, Sk, block_n, pieces):
+    """A tile cut into pieces along its keys and merged (fwd._merge_step): O and the LSE match
+    float64 as the unsplit softmax does, and the unsplit one to float32 rounding, with maxima
+    that grow along the keys so that later pieces rescale the earlier ones."""
+    rng = np.random.default_rng(11)
+    rows, d = 64, 16
+    s = (rng.standard_normal((rows, Sk)) * magnitude).astype(np.float32)
+    s += np.linspace(0, 4 * magnitude, Sk, dtype=np.float32)[None, :] * (np.arange(rows) % 2)[:, None]
+    v = rng.standard_normal((Sk, d)).astype(np.float32)
+    ranges = _piece_ranges(-(-Sk // block_n), pieces)
+    o, lse = _split_softmax(monkeypatch, s, v, 0.125, block_n, ranges)
+    o_ref, lse_ref = _float64_softmax(s, v, 0.125)
+    o_one, lse_one = _online_softmax(monkeypatch, s, v, 0.125, block_n)
+    assert np.isfinite(o).all() and np.isfinite(lse).all()
+    assert np.abs(o - o_ref).max() <= 1e-5 * max(1.0, np.abs(o_ref).max())
+    assert np.abs(lse - lse_ref).max() <= 4e-7 * max(1.0, np.abs(lse_ref).max())
+    assert np.abs(o - o_one).max() <= 4e-6 * max(1.0, np.abs(o_one).max())
+
+
+@pytest.mark.parametrize("value", [133120.0, 1e18, -1e18])
+@pytest.mark.parametrize("winner", [0, 150, 299])
+def test_split_tail_merge_is_exact_on_extreme_scores(monkeypatch, value, winner):
+    """Past 2^29 in the exponent the piece holding the max keeps O and the LSE exact, the other
+    pieces drop out (_merge_step, as _softmax drops earlier key tiles), wherever the winner
+    lies: in the first piece, a middle one or the last."""
+    rows, Sk, d = 8, 300, 4
+    q_dot_k = np.float32(value) * np.float32(value) * 64 * np.sign(value)
+    keys = np.float32(q_dot_k) * (1 - np.abs(np.arange(Sk) - winner) / 128.0 * np.sign(q_dot_k))
+    s = np.tile(keys.astype(np.float32), (rows, 1))
+    v = np.random.default_rng(2).standard_normal((Sk, d)).astype(np.float32)
+    o, lse = _split_softmax(monkeypatch, s, v, 0.125, 64, _piece_ranges(5, 3))
+    assert np.array_equal(o, np.tile(v[winner], (rows, 1)))
+    assert np.array_equal(lse, np.full(rows, np.float32(np.float64(s[0, winner]) * 0.125)))
 
 
 def _float64_softmax(s, v, scale, causal=False):

@@ -227,3 +227,63 @@ def test_row_maxima_growing_along_the_keys(archives, ramp, causal, D):
                                                      family_check.MIN_SCALE)
             assert o_err <= bound, f"{name}: |O err| {o_err:.3e} > {bound:.3e}"
             assert lse_err <= family_check.LSE_TOL, f"{name}: relative |LSE err| {lse_err:.3e}"
+
+
+def _tail_pieces(tiles, programs, n_kv):
+    """fwd._tail_split's count of pieces: the shortest last round, the fewest pieces of
+    those, each at least a key tile, at most two per program."""
+    rest = tiles % programs
+    fits = [k for k in range(1, 5) if k == 1 or (k <= n_kv and rest * k <= 2 * programs)]
+    return min(fits, key=lambda k: (-(-rest * k // programs) / k, k)) if rest else 1
+
+
+# The split tail (fwd.py, TAIL): work tiles past the last whole round of this GPU's programs are
+# cut along their keys into 2-4 pieces that different programs compute side by side and merge
+# through the workspace (a counter per warp says which warp merges). These tile counts leave
+# last rounds of every kind against the device's SM count: a few tiles (quarters), half the
+# programs and a bit (thirds or halves), and fewer tiles than programs with no whole round.
+# Each kernel runs three times: the merge reads the pieces in a fixed order, so O and the LSE
+# are bitwise the same whichever warp merged (a race in the counters would show here first).
+@pytest.mark.parametrize("extra", ["few", "half", "below"])
+@pytest.mark.parametrize("D", [64, 96, 128])
+def test_split_tail_pieces_merge_to_one_result(archives, D, extra):
+    gluon, _ = archives
+    programs = torch.cuda.get_device_properties(0).multi_processor_count
+    Hq, Hkv, S = 4, 2, 1000
+    names = [n for n in gluon_kernels(gluon, "bf16", D, False) if n.endswith("_tail1")]
+    assert names, "no split-tail kernel for this key"
+    scale = 1.0 / math.sqrt(D)
+    with rt.Bundle(gluon) as bundle:
+        for name in names:
+            consumers = int(name.split("_consumers")[1][0]) if "_consumers" in name else 2
+            row_blocks = -(-S // (64 * consumers))
+            n_kv = -(-S // int(name.split("_N")[1].split("_")[0]))
+            least = {"few": programs + 1, "half": 2 * programs + programs // 2,
+                     "below": 1}[extra]
+            B = next(b for b in range(1, 200) if b * Hq * row_blocks >= least
+                     and _tail_pieces(b * Hq * row_blocks, programs, n_kv) > 1)
+            torch.manual_seed(D + B)
+            q = torch.randn(B, Hq, S, D, device="cuda", dtype=torch.bfloat16)
+            k, v = (torch.randn(B, Hkv, S, D, device="cuda", dtype=torch.bfloat16)
+                    for _ in range(2))
+            ref = family_check.reference(q, k, v, torch.zeros_like(q), False, scale)
+            runs = []
+            for _ in range(3):
+                o = torch.full_like(q, float("nan"))  # poisoned: a row no warp merged fails
+                lse = torch.full(q.shape[:3], float("nan"), device="cuda", dtype=torch.float32)
+                rt.forward(bundle, q, k, v, causal=False, scale=scale, out=o, lse=lse,
+                           kernel=name)
+                torch.cuda.synchronize()
+                runs.append((o, lse))
+            o, lse = runs[0]
+            o_err = (o.float() - ref[0]).abs().max().item()  # NaN compares False: fails
+            lse_err = (lse - ref[1]).abs().max().item()
+            bound = family_check.FLOOR["bf16"] * max(ref[0].abs().max().item(),
+                                                     family_check.MIN_SCALE)
+            report = f"{name}, B={B} ({B * Hq * row_blocks} tiles on {programs} programs)"
+            assert o_err <= bound, f"{report}: |O err| {o_err:.3e} > {bound:.3e}"
+            assert lse_err <= family_check.LSE_TOL * max(1.0, ref[1].abs().max().item()), \
+                f"{report}: |LSE err| {lse_err:.3e}"
+            for o_again, lse_again in runs[1:]:
+                assert torch.equal(o_again, o) and torch.equal(lse_again, lse), \
+                    f"{report}: a second run differs"

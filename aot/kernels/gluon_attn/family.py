@@ -24,6 +24,9 @@ Config knobs:
               others' GEMMs hide them better than one; 4: four (4 * M = 256 rows, which
               divide sequence lengths of 1024 and up), head dim 64 and N = 64 only, 112
               registers a thread; absent: two
+  tail        (persistent, no mask) 1: the tiles of the last, partial round are cut along their
+              keys into pieces that the programs share, and merged through the workspace
+              (fwd.py, "the split tail"); a zeroing step runs before; built, not run
 
 The backward (bwd.py): three launches in the fast variant (preprocess, dK/dV, convert), two in
 the deterministic one (dQ, whose programs compute Δ for their rows first, then dK/dV), three on
@@ -60,7 +63,7 @@ from attnpack.targets import TARGETS
 from .bwd import (attn_bwd_dkdv, attn_bwd_dkdv_dq_atomic, attn_bwd_dkdv_dq_tma, attn_bwd_dq,
                   attn_bwd_dq_convert, attn_bwd_preprocess, dq_share_cols)
 from .bwd_wide import attn_bwd_dkdv_wide, attn_bwd_dkdv_wide_dq_atomic, attn_bwd_dq_wide
-from .fwd import attn_fwd_pingpong
+from .fwd import TAIL_SLOTS as _TAIL_SLOTS, attn_fwd_pingpong, attn_fwd_pingpong_tail, attn_fwd_tail_zero
 
 SHARED_MEMORY_BYTES = TARGETS["sm_90"].shared_bytes
 
@@ -99,8 +102,18 @@ FWD_CONFIGS = (
     {"M": 64, "N": 64, "stages": 3, "persistent": 1, "consumers": 4},
     {"M": 64, "N": 64, "stages": 2, "overlap": 1, "persistent": 1, "consumers": 4},
     {"M": 64, "N": 64, "stages": 3, "overlap": 1, "persistent": 1, "consumers": 4},
+    # the split tail (fwd.py, TAIL): the persistent configs that serve the bench's rows without
+    # a mask, their last round cut along the keys (no mask only: `excluded`)
+    {"M": 64, "N": 128, "stages": 2, "persistent": 1, "tail": 1},
+    {"M": 64, "N": 128, "stages": 2, "overlap": 1, "persistent": 1, "tail": 1},
+    {"M": 64, "N": 128, "stages": 3, "persistent": 1, "consumers": 3, "tail": 1},
+    {"M": 64, "N": 64, "stages": 3, "persistent": 1, "consumers": 4, "tail": 1},
 )
 FWD_CONSUMERS = 2  # consumer warpgroups of a forward config without the knob
+# The split tail's counters a program: one per (consumer, warp) of each tile it splits; its
+# pieces' results a program (fwd.TAIL_SLOTS).
+TAIL_COUNTERS = 16
+TAIL_SLOTS = _TAIL_SLOTS.value
 
 # Backward. The dK/dV program owns 128 keys (64 per consumer warpgroup) and steps M query
 # rows at a time; det 1 adds the dQ kernel, whose program owns 128 query rows and steps qN keys.
@@ -210,6 +223,12 @@ def _fwd_steps(key: FunctionalKey, config) -> tuple[Step, ...]:
         grid = ((("num_sms", 1),), (), ())
     else:
         grid = ((("Sq", consumers * m),), (("B", 1), ("Hq", 1)), ())
+    if config.get("tail"):
+        del constexprs["CAUSAL"], constexprs["PERSISTENT"]
+        constexprs["D"] = key.head_dim
+        zero = _step("fwd_tail_zero", attn_fwd_tail_zero, {}, grid, {"COUNTERS": TAIL_COUNTERS})
+        fwd = _step("fwd", attn_fwd_pingpong_tail, words, grid, constexprs, maps)
+        return zero, fwd
     return (Step(name="fwd", args=args, grid=grid, tensormaps=maps,
                  kernel=TritonKernel(attn_fwd_pingpong, constexprs, num_warps=4, num_stages=1,
                                      options=LAUNCH_OPTIONS)),)
@@ -292,11 +311,18 @@ def steps(arch: str, op: str, key: FunctionalKey, config) -> tuple[Step, ...]:
     return _fwd_steps(key, config) if op == "fwd" else _bwd_steps(key, config)
 
 
-def bwd_workspace(arch: str, op: str, key: FunctionalKey, config) -> tuple[Workspace, ...]:
-    """Δ for both variants; the fast one adds dQ's fp32 accumulator, [B, Hq, Sq, D]."""
+def workspace(arch: str, op: str, key: FunctionalKey, config) -> tuple[Workspace, ...]:
+    """Backward: Δ for both variants; the fast one adds dQ's fp32 accumulator, [B, Hq, Sq, D].
+    Forward with the split tail: per program TAIL_SLOTS pieces' O (a [M, tile width] fp32
+    block per consumer), their row max and sum (2 x M), and the counters."""
+    if op == "fwd":
+        if not config.get("tail"):
+            return ()
+        rows = config.get("consumers", FWD_CONSUMERS) * config["M"]
+        return (Workspace("tail_part", ("num_sms", f"const:{TAIL_SLOTS * rows * tile_dim(key.head_dim)}")),
+                Workspace("tail_stat", ("num_sms", f"const:{TAIL_SLOTS * rows * 2}")),
+                Workspace("tail_ctr", ("num_sms", f"const:{TAIL_COUNTERS}")))
     delta = Workspace("delta", ("B", "Hq", "Sq"))
-    if op != "bwd":
-        return ()
     return (delta,) if config["det"] else (delta, Workspace("dq_accum", ("B", "Hq", "Sq", "D")))
 
 
@@ -388,6 +414,9 @@ def excluded(arch: str, op: str, key: FunctionalKey, config) -> str | None:
             return "the 3-stage ring of this config fits at head dim 64; this one stands in for it"
         if key.causal:
             return "the overlapped persistent N128 2-stage schedule spills under causal"
+    if op == "fwd" and config.get("tail") and key.causal:
+        return ("the split tail serves the persistent forward without a mask: under causal a "
+                "program's units are pairs of unequal tiles (fwd._unit_tiles)")
     if op == "fwd" and config.get("consumers", FWD_CONSUMERS) == 3:
         reason = three_consumers_excluded(key.head_dim)
         if reason:
@@ -432,7 +461,7 @@ SPEC = FamilySpec(
     ops=("fwd", "bwd"),
     functional={"dtype": ("fp16", "bf16"), "head_dim": (64, 96, 128, 256), "causal": (False, True)},
     configs={"fwd": FWD_CONFIGS, "bwd": BWD_CONFIGS},
-    workspace=bwd_workspace,
+    workspace=workspace,
     steps=steps,
     default_config=default_config,
     excluded=excluded,

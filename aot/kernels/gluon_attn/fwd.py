@@ -139,6 +139,64 @@ def _tile(unit, half, row_blocks, Hq, TILE_M: gl.constexpr, PERSISTENT: gl.const
     return bh // Hq, bh % Hq, row_block * TILE_M
 
 
+# --------------------------------------------------------------------------------------------
+# the split tail (TAIL: persistent programs, no mask). P programs striding over T equal work
+# tiles end in a last round where only T mod P of them work: the bench's rows all have
+# T = 2048 or 4096 tiles on an H200's 132 SMs, 15.52 or 31.03 rounds run as 16 or 32, the GPU
+# 3 % idle. With TAIL the whole rounds run as before and each of the R = T mod P tiles left is
+# cut along its keys into `pieces` near-equal ranges, one unit each, so the last round takes
+# about ceil(R·pieces / P) / pieces of a tile (R = 68 of 132: thirds, 0.69 instead of 1). A piece
+# leaves its unnormalised O, row max and row sum in the workspace (_tail_epilogue); the warp
+# that finds all of a tile's pieces done merges them and stores O and the LSE.
+# --------------------------------------------------------------------------------------------
+TAIL_MAX_PIECES = gl.constexpr(4)
+TAIL_SLOTS = gl.constexpr(2)  # partial results per program in the workspace: R·pieces <= 2·P
+
+
+@gluon.jit
+def _tail_split(tiles, programs, n_kv):
+    """(whole, pieces): the tiles served whole (full rounds of `programs`) and how many key
+    ranges each tile left is cut into, the count in 1..TAIL_MAX_PIECES with the shortest last
+    round (the fewest pieces of those), each piece at least one key tile and all of them in
+    the workspace's TAIL_SLOTS per program."""
+    rest = tiles % programs
+    pieces = 1
+    rounds = 1  # the last round, in tiles: rounds / pieces
+    for k in gl.static_range(2, TAIL_MAX_PIECES + 1):
+        r = gl.cdiv(rest * k, programs)
+        if (r * pieces < rounds * k) & (rest * k <= TAIL_SLOTS * programs) & (k <= n_kv):
+            pieces = k
+            rounds = r
+    return tiles - rest, pieces
+
+
+@gluon.jit
+def _tail_units(tiles, whole, pieces):
+    """Work units of a split tail's launch: the whole tiles, then every piece of the rest."""
+    return whole + (tiles - whole) * pieces
+
+
+@gluon.jit
+def _tail_unit(unit, whole, pieces, rest, n_kv):
+    """(tile, lo, hi): a unit's tile (as _tile numbers them) and its key tiles lo .. hi - 1.
+    The `rest` tiles past `whole` are cut into `pieces`, taken piece by piece: unit
+    whole + i·rest + t is piece i of tile whole + t, and its slot, i·rest + t, indexes the
+    workspace. Where the key tiles do not divide evenly the first pieces are a tile longer, so
+    a program that gets a second piece gets a shorter one (thirds of 16 key tiles on 132
+    programs: 6 + 5 at most, where a tile's pieces side by side put 6 + 6 on some)."""
+    tile = unit
+    lo = 0
+    hi = n_kv
+    if unit >= whole:
+        piece = (unit - whole) // rest
+        tile = whole + (unit - whole) % rest
+        size = n_kv // pieces
+        longer = n_kv % pieces
+        lo = piece * size + gl.minimum(piece, longer)
+        hi = (piece + 1) * size + gl.minimum(piece + 1, longer)
+    return tile, lo, hi
+
+
 @aggregate
 class FwdSmem:
     """Shared memory of a program: Q [CONSUMERS], O [CONSUMERS] (Q's own slots unless
@@ -182,22 +240,36 @@ class FwdBarriers:
 @gluon.jit
 def _load(q_desc, k_desc, v_desc, smem, bars, B, Hq, Hkv, Sq, Sk,
           BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-          CAUSAL: gl.constexpr, PERSISTENT: gl.constexpr, CONSUMERS: gl.constexpr):
+          CAUSAL: gl.constexpr, PERSISTENT: gl.constexpr, CONSUMERS: gl.constexpr,
+          TAIL: gl.constexpr):
     TILE_M: gl.constexpr = CONSUMERS * BLOCK_M
     first, end, step, row_blocks = _work(B, Hq, Sq, TILE_M, PERSISTENT, CAUSAL)
-    if PERSISTENT:
+    if TAIL:
+        n_kv = gl.cdiv(Sk, BLOCK_N)
+        whole, pieces = _tail_split(end, step, n_kv)
+        count = 0
+        it = 0
+        for unit in range(first, _tail_units(end, whole, pieces), step):
+            tile, lo, hi = _tail_unit(unit, whole, pieces, end - whole, n_kv)
+            b, h, start = _tile(tile, 0, row_blocks, Hq, TILE_M, PERSISTENT, CAUSAL)
+            count = _load_tile(q_desc, k_desc, v_desc, smem, bars, b, h, start, count, it,
+                               lo, hi - lo, Hq, Hkv, BLOCK_M, BLOCK_N, STAGES, CONSUMERS)
+            it += 1
+    elif PERSISTENT:
         count = 0  # K/V tiles loaded so far: ring slots and phases run on across work tiles
         it = 0     # work tiles so far
         for unit in range(first, end, step):
             for half in range(_unit_tiles(unit, row_blocks, PERSISTENT, CAUSAL)):
                 b, h, start = _tile(unit, half, row_blocks, Hq, TILE_M, PERSISTENT, CAUSAL)
+                n_tiles = _kv_tiles(start, Sk, TILE_M, BLOCK_N, CAUSAL)
                 count = _load_tile(q_desc, k_desc, v_desc, smem, bars, b, h, start, count, it,
-                                   Hq, Hkv, Sk, BLOCK_M, BLOCK_N, STAGES, CAUSAL, CONSUMERS)
+                                   0, n_tiles, Hq, Hkv, BLOCK_M, BLOCK_N, STAGES, CONSUMERS)
                 it += 1
     else:
         b, h, start = _tile(first, 0, row_blocks, Hq, TILE_M, PERSISTENT, CAUSAL)
-        count = _load_tile(q_desc, k_desc, v_desc, smem, bars, b, h, start, 0, 0, Hq, Hkv, Sk,
-                           BLOCK_M, BLOCK_N, STAGES, CAUSAL, CONSUMERS)
+        n_tiles = _kv_tiles(start, Sk, TILE_M, BLOCK_N, CAUSAL)
+        count = _load_tile(q_desc, k_desc, v_desc, smem, bars, b, h, start, 0, 0, 0, n_tiles,
+                           Hq, Hkv, BLOCK_M, BLOCK_N, STAGES, CONSUMERS)
     # The releases of the last STAGES tiles, which no load waits for: taken here, so every
     # release barrier ends the kernel with no arrival pending.
     for t in range(count - STAGES, count):
@@ -207,16 +279,16 @@ def _load(q_desc, k_desc, v_desc, smem, bars, B, Hq, Hkv, Sq, Sk,
 
 
 @gluon.jit
-def _load_tile(q_desc, k_desc, v_desc, smem, bars, b, h, start, count, it, Hq, Hkv, Sk,
+def _load_tile(q_desc, k_desc, v_desc, smem, bars, b, h, start, count, it, lo, n_tiles, Hq, Hkv,
                BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, STAGES: gl.constexpr,
-               CAUSAL: gl.constexpr, CONSUMERS: gl.constexpr):
-    """Loads of the `it`-th work tile, (b, h, rows from start), after `count` K/V tiles;
-    returns the new count."""
+               CONSUMERS: gl.constexpr):
+    """Loads of the `it`-th work tile, (b, h, rows from start), after `count` K/V tiles: its
+    key tiles lo .. lo + n_tiles - 1 (all of them but in a split tail's pieces); returns the
+    new count."""
     q_bytes: gl.constexpr = q_desc.block_type.nbytes
     k_bytes: gl.constexpr = k_desc.block_type.nbytes
     v_bytes: gl.constexpr = v_desc.block_type.nbytes
     kv_h = h // (Hq // Hkv)
-    n_tiles = _kv_tiles(start, Sk, CONSUMERS * BLOCK_M, BLOCK_N, CAUSAL)
     for j in range(n_tiles):
         stage = (count + j) % STAGES
         # Wait until every consumer released the slot's previous tile, if it had one: its K
@@ -228,10 +300,10 @@ def _load_tile(q_desc, k_desc, v_desc, smem, bars, b, h, start, count, it, Hq, H
             mbarrier.expect(bars.k_ready.index(stage), k_bytes)
         else:
             mbarrier.expect(bars.k_ready.index(stage), k_bytes + v_bytes)
-        tma.async_copy_global_to_shared(k_desc, [b, kv_h, j * BLOCK_N, 0],
+        tma.async_copy_global_to_shared(k_desc, [b, kv_h, (lo + j) * BLOCK_N, 0],
                                         bars.k_ready.index(stage), smem.k.index(stage))
         if STAGES != SPLIT_KV_STAGES:
-            tma.async_copy_global_to_shared(v_desc, [b, kv_h, j * BLOCK_N, 0],
+            tma.async_copy_global_to_shared(v_desc, [b, kv_h, (lo + j) * BLOCK_N, 0],
                                             bars.k_ready.index(stage), smem.v.index(stage))
         if j == 0:
             # Q after K(0), and before V(0) where V has its own barrier: a work tile's first
@@ -246,7 +318,7 @@ def _load_tile(q_desc, k_desc, v_desc, smem, bars, b, h, start, count, it, Hq, H
             if refill:
                 _await_slot(stage, True, STAGES, CONSUMERS)
             mbarrier.expect(bars.v_ready.index(stage), v_bytes)
-            tma.async_copy_global_to_shared(v_desc, [b, kv_h, j * BLOCK_N, 0],
+            tma.async_copy_global_to_shared(v_desc, [b, kv_h, (lo + j) * BLOCK_N, 0],
                                             bars.v_ready.index(stage), smem.v.index(stage))
     return count + n_tiles
 
@@ -444,14 +516,15 @@ def _own_tiles(n_tiles, row0, CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr,
 # mma + softmax of one consumer warpgroup over one work tile, and its epilogue.
 # --------------------------------------------------------------------------------------------
 @gluon.jit
-def _attend(q, smem, bars, base, n_tiles, row0, Sk, sm_scale,
+def _attend(q, smem, bars, base, lo, n_tiles, row0, Sk, sm_scale,
             s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr,
             CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr, BLOCK_M: gl.constexpr,
             BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
             CAUSAL: gl.constexpr, OVERLAP: gl.constexpr):
     """O (unnormalised), m and l of this consumer's rows over the work tile's key tiles
-    0..n_tiles-1. `base` counts the K/V tiles, and so the turns, this consumer took in earlier
-    work tiles: ring slots and barrier phases continue from there.
+    lo..lo+n_tiles-1 (lo is 0 but in a split tail's pieces). `base` counts the K/V tiles, and
+    so the turns, this consumer took in earlier work tiles: ring slots and barrier phases
+    continue from there.
 
     Under causal the last key tiles may lie wholly past this consumer's rows (_own_tiles): it
     computes n_own tiles, spends the first skipped tile's turn on its final PV and takes the
@@ -476,7 +549,7 @@ def _attend(q, smem, bars, base, n_tiles, row0, Sk, sm_scale,
         _pass_turn(CONSUMER, CONSUMERS)
         s = warpgroup_mma_wait(0, deps=[s_tok])
         _release_k(base % STAGES, STAGES, CONSUMERS)
-        p_f32, alpha, m_i, l_i, r_i = _softmax(s, m_i, l_i, r_i, 0, row0, Sk, qk_scale,
+        p_f32, alpha, m_i, l_i, r_i = _softmax(s, m_i, l_i, r_i, lo, row0, Sk, qk_scale,
                                                s_layout, BLOCK_M, BLOCK_N, CAUSAL)
         p = gl.convert_layout(p_f32.to(dtype), p_layout)
         for j in range(1, n_own):
@@ -497,8 +570,8 @@ def _attend(q, smem, bars, base, n_tiles, row0, Sk, sm_scale,
             # may still run, behind this softmax.
             s = warpgroup_mma_wait(1, deps=[s_tok])
             _release_k(stage, STAGES, CONSUMERS)
-            p_f32, alpha, m_i, l_i, r_i = _softmax(s, m_i, l_i, r_i, j, row0, Sk, qk_scale,
-                                                   s_layout, BLOCK_M, BLOCK_N, CAUSAL)
+            p_f32, alpha, m_i, l_i, r_i = _softmax(s, m_i, l_i, r_i, lo + j, row0, Sk,
+                                                   qk_scale, s_layout, BLOCK_M, BLOCK_N, CAUSAL)
             # p (tile j-1) is PV's register operand: it stays alive until PV is done.
             acc, p = warpgroup_mma_wait(0, deps=[acc, p])
             _free_slot(prev, True, STAGES, CONSUMERS)
@@ -526,8 +599,8 @@ def _attend(q, smem, bars, base, n_tiles, row0, Sk, sm_scale,
             # Hand the turn over: the next warpgroup's GEMMs now overlap this softmax.
             _pass_turn(CONSUMER, CONSUMERS)
 
-            p_f32, alpha, m_i, l_i, r_i = _softmax(s, m_i, l_i, r_i, j, row0, Sk, qk_scale,
-                                                   s_layout, BLOCK_M, BLOCK_N, CAUSAL)
+            p_f32, alpha, m_i, l_i, r_i = _softmax(s, m_i, l_i, r_i, lo + j, row0, Sk,
+                                                   qk_scale, s_layout, BLOCK_M, BLOCK_N, CAUSAL)
             acc = acc * gl.expand_dims(gl.convert_layout(alpha, gl.SliceLayout(1, o_layout)), 1)
             p = gl.convert_layout(p_f32.to(dtype), p_layout)
 
@@ -606,11 +679,124 @@ def _epilogue(acc, m_i, l_i, o_desc, o_smem, lse_ptr, b, h, row0, Hq, Sq, sm_sca
     gl.store(lse_ptr + lse_base + rows, lse, mask=rows < Sq)
 
 
+@aggregate
+class TailBuffers:
+    """The split tail's workspace and what its merging warps store through (fwd.py, TAIL):
+    per program TAIL_SLOTS slots of CONSUMERS x BLOCK_M x HEAD_DIM fp32 O and 2 x BLOCK_M row
+    values (max, sum) a consumer, and a counter per (tile split, consumer, warp); O by pointer,
+    D its head dim (the tiles' HEAD_DIM may be wider)."""
+    part: gl.tensor
+    stat: gl.tensor
+    ctr: gl.tensor
+    o: gl.tensor
+    o_stride_b: gl.tensor
+    o_stride_h: gl.tensor
+    o_stride_s: gl.tensor
+    D: gl.constexpr
+
+    @gluon.constexpr_function
+    def __init__(self, part, stat, ctr, o, o_stride_b, o_stride_h, o_stride_s, D):
+        self.part = part
+        self.stat = stat
+        self.ctr = ctr
+        self.o = o
+        self.o_stride_b = o_stride_b
+        self.o_stride_h = o_stride_h
+        self.o_stride_s = o_stride_s
+        self.D = gl.constexpr(D)
+
+
+# Counters count warps: each warp of a consumer adds 32 (one a thread) to its own.
+TAIL_WARP_ROWS = gl.constexpr(16)  # the rows of a wgmma accumulator one warp holds
+
+
 @gluon.jit
-def _consume(o_desc, lse_ptr, smem, bars, B, Hq, Sq, Sk, sm_scale,
+def _count_in(counter):
+    """Each of this consumer warpgroup's warps adds 32 to its counter, `counter + warp`: one
+    release add a thread, which orders that thread's workspace stores before it; then the
+    warp syncs, so none of its threads reads the counter before all of them added."""
+    layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    at = counter + gl.arange(0, 128, layout=layout) // 32
+    gl.inline_asm_elementwise("red.release.gpu.global.add.u32 [$1], 1;\n\t"
+                              "bar.warp.sync -1;\n\tmov.b32 $0, 0;", "=r,l", [at],
+                              dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
+def _acquire(at):
+    """The counters at `at`, read with acquire semantics: a thread that reads a count sees
+    every workspace store the adds before it ordered."""
+    return gl.inline_asm_elementwise("ld.acquire.gpu.global.u32 $0, [$1];", "=r,l", [at],
+                                     dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
+def _merge_step(m, r, l, acc, m_q, l_q, acc_q, qk_scale):
+    """(m, r, l, acc) of rows after adding one piece's (max m_q, sum l_q, unnormalised O acc_q)
+    to what was merged so far, as _softmax adds a key tile: both rescaled to the reference of
+    the larger max (_reference), and past HUGE_SCALED_MAX the one whose max is lower dropped.
+    Starts from m = r = -inf, l = 0, acc = 0."""
+    m_new = gl.maximum(m, m_q)
+    _, r_new, huge = _reference(m_new, qk_scale)
+    _, r_q, _ = _reference(m_q, qk_scale)
+    alpha = gl.exp2(gl.where(huge & (m != m_new), -float("inf"), r - r_new))
+    beta = gl.exp2(gl.where(huge & (m_q != m_new), -float("inf"), r_q - r_new))
+    acc = acc * gl.expand_dims(alpha, 1) + acc_q * gl.expand_dims(beta, 1)
+    return m_new, r_new, l * alpha + l_q * beta, acc
+
+
+@gluon.jit
+def _tail_epilogue(acc, m_i, l_i, tail, slot, pieces, rest, lse_ptr, b, h, row0, Hq, Sq,
+                   sm_scale, o_layout: gl.constexpr, CONSUMER: gl.constexpr,
+                   CONSUMERS: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr):
+    """A piece of a split tile, the tile's slot % rest: its unnormalised O, row max and row sum
+    go to workspace slot `slot` (its piece i's is i·rest + slot % rest), then each warp counts
+    itself in. A warp whose count is the tile's last (all
+    `pieces` of its 16 rows are in) merges them, in piece order from the workspace, so any
+    warp that merges stores the same bits, and stores O and the LSE of its rows. Every thread
+    only reads back the slots' elements of its own warp's rows, which that warp's threads in
+    the other pieces wrote before their release adds."""
+    row_l: gl.constexpr = gl.SliceLayout(1, o_layout)
+    rows = gl.arange(0, BLOCK_M, layout=row_l)
+    cols = gl.arange(0, HEAD_DIM, layout=gl.SliceLayout(0, o_layout))
+    at = gl.expand_dims(rows * HEAD_DIM, 1) + gl.expand_dims(cols, 0)
+    region = slot * CONSUMERS + CONSUMER
+    gl.store(tail.part + region.to(gl.int64) * (BLOCK_M * HEAD_DIM) + at, acc)
+    gl.store(tail.stat + region * (2 * BLOCK_M) + rows, gl.convert_layout(m_i, row_l))
+    gl.store(tail.stat + region * (2 * BLOCK_M) + BLOCK_M + rows, gl.convert_layout(l_i, row_l))
+    split = slot % rest  # the tile among those split
+    counter = tail.ctr + (split * CONSUMERS + CONSUMER) * (BLOCK_M // TAIL_WARP_ROWS)
+    _count_in(counter)
+    mine = _acquire(counter + rows // TAIL_WARP_ROWS) == 32 * pieces
+    qk_scale = sm_scale * LOG2E
+    m = gl.full([BLOCK_M], -float("inf"), gl.float32, row_l)
+    r = gl.full([BLOCK_M], -float("inf"), gl.float32, row_l)
+    l = gl.zeros([BLOCK_M], gl.float32, row_l)
+    merged = gl.zeros([BLOCK_M, HEAD_DIM], gl.float32, o_layout)
+    for piece in range(pieces):
+        region = (piece * rest + split) * CONSUMERS + CONSUMER
+        m_q = gl.load(tail.stat + region * (2 * BLOCK_M) + rows, mask=mine, other=0.0)
+        l_q = gl.load(tail.stat + region * (2 * BLOCK_M) + BLOCK_M + rows, mask=mine, other=0.0)
+        acc_q = gl.load(tail.part + region.to(gl.int64) * (BLOCK_M * HEAD_DIM) + at,
+                        mask=gl.expand_dims(mine, 1), other=0.0)
+        m, r, l, merged = _merge_step(m, r, l, merged, m_q, l_q, acc_q, qk_scale)
+    o_rows = row0 + rows
+    keep = mine & (o_rows < Sq)
+    o_at = (tail.o + b.to(gl.int64) * tail.o_stride_b + h.to(gl.int64) * tail.o_stride_h
+            + gl.expand_dims(o_rows.to(gl.int64) * tail.o_stride_s, 1) + gl.expand_dims(cols, 0))
+    o = merged * gl.expand_dims(1.0 / l, 1)
+    gl.store(o_at, o.to(tail.o.dtype.element_ty),
+             mask=gl.expand_dims(keep, 1) & gl.expand_dims(cols < tail.D, 0))
+    gl.store(lse_ptr + (b.to(gl.int64) * Hq + h) * Sq + o_rows, _row_lse(m, l, sm_scale),
+             mask=keep)
+
+
+@gluon.jit
+def _consume(o_desc, lse_ptr, smem, bars, B, Hq, Sq, Sk, sm_scale, tail,
              CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr, BLOCK_M: gl.constexpr,
              BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
-             CAUSAL: gl.constexpr, OVERLAP: gl.constexpr, PERSISTENT: gl.constexpr):
+             CAUSAL: gl.constexpr, OVERLAP: gl.constexpr, PERSISTENT: gl.constexpr,
+             TAIL: gl.constexpr):
     # wgmma accumulators: the 4 warps split the rows, one m64 instruction per 64 rows.
     s_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                                        instr_shape=[16, BLOCK_N, 16])
@@ -622,26 +808,46 @@ def _consume(o_desc, lse_ptr, smem, bars, B, Hq, Sq, Sk, sm_scale,
     first, end, step, row_blocks = _work(B, Hq, Sq, CONSUMERS * BLOCK_M, PERSISTENT, CAUSAL)
     if CONSUMER == CONSUMERS - 1:
         _pass_turn(CONSUMER, CONSUMERS)  # consumer 0 takes the first turn
-    if PERSISTENT:
+    if TAIL:
+        n_kv = gl.cdiv(Sk, BLOCK_N)
+        whole, pieces = _tail_split(end, step, n_kv)
+        count = 0
+        it = 0
+        for unit in range(first, _tail_units(end, whole, pieces), step):
+            tile, lo, hi = _tail_unit(unit, whole, pieces, end - whole, n_kv)
+            b, h, start = _tile(tile, 0, row_blocks, Hq, CONSUMERS * BLOCK_M, PERSISTENT, CAUSAL)
+            slot = -1  # a piece's workspace slot
+            if (unit >= whole) & (pieces > 1):
+                slot = unit - whole
+            _consume_tile(o_desc, lse_ptr, smem, bars, b, h, start, count, it, lo, hi - lo,
+                          Hq, Sq, Sk, sm_scale, s_layout, o_layout, p_layout,
+                          CONSUMER, CONSUMERS, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL,
+                          OVERLAP, TAIL, tail, slot, pieces, end - whole)
+            count += hi - lo
+            it += 1
+    elif PERSISTENT:
         count = 0  # K/V tiles (and turns) taken so far
         it = 0     # work tiles so far
         for unit in range(first, end, step):
             for half in range(_unit_tiles(unit, row_blocks, PERSISTENT, CAUSAL)):
                 b, h, start = _tile(unit, half, row_blocks, Hq, CONSUMERS * BLOCK_M,
                                     PERSISTENT, CAUSAL)
-                n_tiles = _consume_tile(o_desc, lse_ptr, smem, bars, b, h, start, count, it,
-                                        Hq, Sq, Sk, sm_scale, s_layout, o_layout, p_layout,
-                                        CONSUMER, CONSUMERS, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES,
-                                        CAUSAL, OVERLAP)
+                n_tiles = _kv_tiles(start, Sk, CONSUMERS * BLOCK_M, BLOCK_N, CAUSAL)
+                _consume_tile(o_desc, lse_ptr, smem, bars, b, h, start, count, it, 0, n_tiles,
+                              Hq, Sq, Sk, sm_scale, s_layout, o_layout, p_layout,
+                              CONSUMER, CONSUMERS, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL,
+                              OVERLAP, TAIL, tail, -1, 1, 1)
                 count += n_tiles
                 it += 1
     else:
         # One work tile, and no loop around it: loop-carried counters would cost registers
         # that the overlapped schedule at head dim 128 does not have to spare.
         b, h, start = _tile(first, 0, row_blocks, Hq, CONSUMERS * BLOCK_M, PERSISTENT, CAUSAL)
-        _consume_tile(o_desc, lse_ptr, smem, bars, b, h, start, 0, 0,
+        n_tiles = _kv_tiles(start, Sk, CONSUMERS * BLOCK_M, BLOCK_N, CAUSAL)
+        _consume_tile(o_desc, lse_ptr, smem, bars, b, h, start, 0, 0, 0, n_tiles,
                       Hq, Sq, Sk, sm_scale, s_layout, o_layout, p_layout,
-                      CONSUMER, CONSUMERS, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP)
+                      CONSUMER, CONSUMERS, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP,
+                      TAIL, tail, -1, 1, 1)
     if CONSUMER == 0:
         # Every consumer took the same number of turns, so the last consumer's last pass (or,
         # with no work tile, its first) is still pending on consumer 0's barrier: take it, and
@@ -651,14 +857,16 @@ def _consume(o_desc, lse_ptr, smem, bars, B, Hq, Sq, Sk, sm_scale,
 
 
 @gluon.jit
-def _consume_tile(o_desc, lse_ptr, smem, bars, b, h, start, count, it, Hq, Sq, Sk, sm_scale,
+def _consume_tile(o_desc, lse_ptr, smem, bars, b, h, start, count, it, lo, n_tiles,
+                  Hq, Sq, Sk, sm_scale,
                   s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr,
                   CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr, BLOCK_M: gl.constexpr,
                   BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
-                  CAUSAL: gl.constexpr, OVERLAP: gl.constexpr):
+                  CAUSAL: gl.constexpr, OVERLAP: gl.constexpr, TAIL: gl.constexpr, tail, slot,
+                  pieces, rest):
     """One work tile of one consumer, (b, h, rows from start), the `it`-th it serves, after
-    `count` K/V tiles; returns how many K/V tiles it took."""
-    n_tiles = _kv_tiles(start, Sk, CONSUMERS * BLOCK_M, BLOCK_N, CAUSAL)
+    `count` K/V tiles: its key tiles lo .. lo + n_tiles - 1. With TAIL, a `slot` of 0 or more
+    makes it one of a tile's `pieces`, of `rest` tiles split (_tail_epilogue)."""
     row0 = start + CONSUMER * BLOCK_M
     mbarrier.wait(bars.q_ready.index(CONSUMER), it & 1)
     # Three or four consumers' 192 or 256 rows often reach past Sq (Sq = 1024 and three: the
@@ -667,32 +875,41 @@ def _consume_tile(o_desc, lse_ptr, smem, bars, b, h, start, count, it, Hq, Sq, S
     # out.)
     if CONSUMERS > 2 and CONSUMER > 0:
         if row0 < Sq:
-            _consume_rows(o_desc, lse_ptr, smem, bars, b, h, count, n_tiles, row0, Hq, Sq, Sk,
-                          sm_scale, s_layout, o_layout, p_layout, CONSUMER, CONSUMERS, BLOCK_M,
-                          BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP)
+            _consume_rows(o_desc, lse_ptr, smem, bars, b, h, count, lo, n_tiles, row0, Hq, Sq,
+                          Sk, sm_scale, s_layout, o_layout, p_layout, CONSUMER, CONSUMERS,
+                          BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP, TAIL, tail, slot,
+                          pieces, rest)
         else:
             _idle(bars, count, n_tiles, CONSUMER, CONSUMERS, STAGES)
     else:
-        _consume_rows(o_desc, lse_ptr, smem, bars, b, h, count, n_tiles, row0, Hq, Sq, Sk,
+        _consume_rows(o_desc, lse_ptr, smem, bars, b, h, count, lo, n_tiles, row0, Hq, Sq, Sk,
                       sm_scale, s_layout, o_layout, p_layout, CONSUMER, CONSUMERS, BLOCK_M,
-                      BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP)
-    return n_tiles
+                      BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP, TAIL, tail, slot, pieces, rest)
 
 
 @gluon.jit
-def _consume_rows(o_desc, lse_ptr, smem, bars, b, h, count, n_tiles, row0, Hq, Sq, Sk, sm_scale,
-                  s_layout: gl.constexpr, o_layout: gl.constexpr, p_layout: gl.constexpr,
-                  CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr, BLOCK_M: gl.constexpr,
-                  BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr, STAGES: gl.constexpr,
-                  CAUSAL: gl.constexpr, OVERLAP: gl.constexpr):
-    """This consumer's BLOCK_M rows from row0 over the work tile's n_tiles key tiles, and their
-    epilogue."""
+def _consume_rows(o_desc, lse_ptr, smem, bars, b, h, count, lo, n_tiles, row0, Hq, Sq, Sk,
+                  sm_scale, s_layout: gl.constexpr, o_layout: gl.constexpr,
+                  p_layout: gl.constexpr, CONSUMER: gl.constexpr, CONSUMERS: gl.constexpr,
+                  BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
+                  STAGES: gl.constexpr, CAUSAL: gl.constexpr, OVERLAP: gl.constexpr,
+                  TAIL: gl.constexpr, tail, slot, pieces, rest):
+    """This consumer's BLOCK_M rows from row0 over the work tile's key tiles lo .. lo + n_tiles
+    - 1, and their epilogue: a piece's (slot >= 0) through the workspace."""
     q = smem.q.index(CONSUMER).reshape([BLOCK_M, HEAD_DIM])
-    acc, m_i, l_i = _attend(q, smem, bars, count, n_tiles, row0, Sk, sm_scale,
+    acc, m_i, l_i = _attend(q, smem, bars, count, lo, n_tiles, row0, Sk, sm_scale,
                             s_layout, o_layout, p_layout, CONSUMER, CONSUMERS,
                             BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP)
-    _epilogue(acc, m_i, l_i, o_desc, smem.o.index(CONSUMER), lse_ptr, b, h, row0, Hq, Sq,
-              sm_scale, s_layout, o_layout, BLOCK_M, HEAD_DIM)
+    if TAIL:
+        if slot >= 0:
+            _tail_epilogue(acc, m_i, l_i, tail, slot, pieces, rest, lse_ptr, b, h, row0, Hq,
+                           Sq, sm_scale, o_layout, CONSUMER, CONSUMERS, BLOCK_M, HEAD_DIM)
+        else:
+            _epilogue(acc, m_i, l_i, o_desc, smem.o.index(CONSUMER), lse_ptr, b, h, row0, Hq,
+                      Sq, sm_scale, s_layout, o_layout, BLOCK_M, HEAD_DIM)
+    else:
+        _epilogue(acc, m_i, l_i, o_desc, smem.o.index(CONSUMER), lse_ptr, b, h, row0, Hq, Sq,
+                  sm_scale, s_layout, o_layout, BLOCK_M, HEAD_DIM)
 
 
 @gluon.jit
@@ -703,6 +920,44 @@ def attn_fwd_pingpong(q_desc, k_desc, v_desc, o_desc, lse_ptr, B, Hq, Hkv, Sq, S
                       CONSUMER_REGS: gl.constexpr, LOAD_REGS: gl.constexpr):
     """grid: (cdiv(Sq, CONSUMERS * BLOCK_M), B * Hq), or (num_sms,) when PERSISTENT;
     num_warps = 4 (consumer 0)."""
+    _program(q_desc, k_desc, v_desc, o_desc, lse_ptr, B, Hq, Hkv, Sq, Sk, sm_scale, None,
+             BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP, PERSISTENT, CONSUMERS,
+             CONSUMER_REGS, LOAD_REGS, False)
+
+
+@gluon.jit
+def attn_fwd_pingpong_tail(q_desc, k_desc, v_desc, o_desc, lse_ptr, B, Hq, Hkv, Sq, Sk,
+                           sm_scale, tail_part, tail_stat, tail_ctr, o, o_stride_b, o_stride_h,
+                           o_stride_s,
+                           BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
+                           D: gl.constexpr, STAGES: gl.constexpr, OVERLAP: gl.constexpr,
+                           CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+                           LOAD_REGS: gl.constexpr):
+    """The persistent forward without a mask, its last round split (TAIL): grid (num_sms,),
+    num_warps = 4; after attn_fwd_tail_zero has zeroed tail_ctr."""
+    tail = TailBuffers(tail_part, tail_stat, tail_ctr.to(gl.pointer_type(gl.uint32), bitcast=True),
+                       o, o_stride_b, o_stride_h, o_stride_s, D)
+    _program(q_desc, k_desc, v_desc, o_desc, lse_ptr, B, Hq, Hkv, Sq, Sk, sm_scale, tail,
+             BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, False, OVERLAP, True, CONSUMERS,
+             CONSUMER_REGS, LOAD_REGS, True)
+
+
+@gluon.jit
+def attn_fwd_tail_zero(tail_ctr, COUNTERS: gl.constexpr):
+    """grid: (num_sms,), num_warps = 4: the split tail's counters, COUNTERS a program, to 0."""
+    grid_dependency.enter()  # before any global memory access: grid_dependency.py
+    layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    at = gl.program_id(0) * COUNTERS + gl.arange(0, COUNTERS, layout=layout)
+    gl.store(tail_ctr + at, gl.zeros([COUNTERS], gl.float32, layout))
+
+
+@gluon.jit
+def _program(q_desc, k_desc, v_desc, o_desc, lse_ptr, B, Hq, Hkv, Sq, Sk, sm_scale, tail,
+             BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, HEAD_DIM: gl.constexpr,
+             STAGES: gl.constexpr, CAUSAL: gl.constexpr, OVERLAP: gl.constexpr,
+             PERSISTENT: gl.constexpr, CONSUMERS: gl.constexpr, CONSUMER_REGS: gl.constexpr,
+             LOAD_REGS: gl.constexpr, TAIL: gl.constexpr):
+    """The body of both forward kernels: shared memory, barriers and the partitions."""
     gl.static_assert(CONSUMERS >= 2 and CONSUMERS <= 4, "two, three or four consumer warpgroups")
     dtype: gl.constexpr = q_desc.dtype
     q = gl.allocate_shared_memory(dtype, [CONSUMERS] + q_desc.block_type.shape, q_desc.layout)
@@ -736,10 +991,11 @@ def attn_fwd_pingpong(q_desc, k_desc, v_desc, o_desc, lse_ptr, B, Hq, Hkv, Sq, S
     # builds every partition's tuple in place: 0..CONSUMERS-1 the consumers, then the loader.
     grid_dependency.enter()  # before any global memory access: grid_dependency.py
     gl.warp_specialize(
-        [(_consume, (o_desc, lse_ptr, smem, bars, B, Hq, Sq, Sk, sm_scale, c, CONSUMERS,
-                     BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP, PERSISTENT))
+        [(_consume, (o_desc, lse_ptr, smem, bars, B, Hq, Sq, Sk, sm_scale, tail, c,
+                     CONSUMERS, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, OVERLAP, PERSISTENT,
+                     TAIL))
          if c < CONSUMERS else
          (_load, (q_desc, k_desc, v_desc, smem, bars, B, Hq, Hkv, Sq, Sk,
-                  BLOCK_M, BLOCK_N, STAGES, CAUSAL, PERSISTENT, CONSUMERS))
+                  BLOCK_M, BLOCK_N, STAGES, CAUSAL, PERSISTENT, CONSUMERS, TAIL))
          for c in (0, 1, 2, 3, 4)[:CONSUMERS + 1]],
         [4] * (CONSUMERS - 1) + [1], [CONSUMER_REGS] * (CONSUMERS - 1) + [LOAD_REGS])
