@@ -2,7 +2,8 @@
 backward, their launch steps and declared variant spaces.
 
 Run and measured on the H200 (docs/gluon-family.md, docs/gluon-bwd.md); the four-consumer
-forward configs passed part of their GPU tests only (run97: docs/gluon-family.md, item 19). The
+forward configs passed part of their GPU tests only (run97: docs/gluon-family.md, item 19); the
+split-tail forward configs (`tail`, item 22) are built, not run, and the database selects none. The
 family has priority 1000, so it is never a family default: it serves where the tuning database
 picks it (315 of the 452 sm_90 forward keys, decode keys included, and 288 of the 297 backward
 keys in aot/tuning_db/sm_90.jsonl),

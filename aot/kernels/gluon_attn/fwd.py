@@ -13,7 +13,9 @@ Without PERSISTENT the grid is (row blocks, B * Hq) and a program serves one wor
 it the grid is one program per SM, striding over work units of two tiles that cost the same
 under causal (_unit_tiles): the loader fetches the next tile's K/V and Q while the consumers
 finish the last one, and O leaves through its own shared buffer, so a tile's epilogue overlaps
-the next tile's loads.
+the next tile's loads. attn_fwd_pingpong_tail (TAIL, persistent, no mask) cuts the tiles of the
+last, partial round along their keys into pieces that different programs compute and merge
+through the workspace ("the split tail", below).
 
 The consumers ping-pong: a consumer issues its tensor-core work (QKᵀ of tile j, PV of tile
 j - 1) only while it holds the "turn" (a named hardware barrier per consumer, _take_turn and
