@@ -7,7 +7,7 @@
 # (build_tools/apply_kept.sh), so these kernels are run as they will be tuned. Then
 # 1. tests/gpu/test_gluon_attn.py: the smoke test (every forward kernel once, in a child with a
 #    deadline: a hang names its kernel), the split tail's own test (tile counts that leave 3-4
-#    pieces a tile against this GPU's SM count, each tail kernel three times, bitwise equal),
+#    pieces a tile against this GPU's SM count, each tail kernel five times, bitwise equal),
 #    and without a mask the persistent units, the growing maxima and the B1 H8 bf16 grid cases
 #    (tile counts below the SM count: every tile in pieces where it has 2+ key tiles). Its verdict goes to
 #    /tmp/tail_state (ok or fail), which runEF.sh reads: it merges no tail kernel on "fail".
