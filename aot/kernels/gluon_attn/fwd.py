@@ -179,6 +179,15 @@ def _tail_units(tiles, whole, pieces):
 
 
 @gluon.jit
+def _tail_work(tiles, programs, Sk, BLOCK_N: gl.constexpr):
+    """(key tiles a tile has, whole, pieces, units) of a split-tail launch over `tiles` work
+    tiles: what the loader and every consumer walk alike."""
+    n_kv = gl.cdiv(Sk, BLOCK_N)
+    whole, pieces = _tail_split(tiles, programs, n_kv)
+    return n_kv, whole, pieces, _tail_units(tiles, whole, pieces)
+
+
+@gluon.jit
 def _tail_unit(unit, whole, pieces, rest, n_kv):
     """(tile, lo, hi): a unit's tile (as _tile numbers them) and its key tiles lo .. hi - 1.
     The `rest` tiles past `whole` are cut into `pieces`, taken piece by piece: unit
@@ -247,11 +256,10 @@ def _load(q_desc, k_desc, v_desc, smem, bars, B, Hq, Hkv, Sq, Sk,
     TILE_M: gl.constexpr = CONSUMERS * BLOCK_M
     first, end, step, row_blocks = _work(B, Hq, Sq, TILE_M, PERSISTENT, CAUSAL)
     if TAIL:
-        n_kv = gl.cdiv(Sk, BLOCK_N)
-        whole, pieces = _tail_split(end, step, n_kv)
+        n_kv, whole, pieces, units = _tail_work(end, step, Sk, BLOCK_N)
         count = 0
         it = 0
-        for unit in range(first, _tail_units(end, whole, pieces), step):
+        for unit in range(first, units, step):
             tile, lo, hi = _tail_unit(unit, whole, pieces, end - whole, n_kv)
             b, h, start = _tile(tile, 0, row_blocks, Hq, TILE_M, PERSISTENT, CAUSAL)
             count = _load_tile(q_desc, k_desc, v_desc, smem, bars, b, h, start, count, it,
@@ -811,11 +819,10 @@ def _consume(o_desc, lse_ptr, smem, bars, B, Hq, Sq, Sk, sm_scale, tail,
     if CONSUMER == CONSUMERS - 1:
         _pass_turn(CONSUMER, CONSUMERS)  # consumer 0 takes the first turn
     if TAIL:
-        n_kv = gl.cdiv(Sk, BLOCK_N)
-        whole, pieces = _tail_split(end, step, n_kv)
+        n_kv, whole, pieces, units = _tail_work(end, step, Sk, BLOCK_N)
         count = 0
         it = 0
-        for unit in range(first, _tail_units(end, whole, pieces), step):
+        for unit in range(first, units, step):
             tile, lo, hi = _tail_unit(unit, whole, pieces, end - whole, n_kv)
             b, h, start = _tile(tile, 0, row_blocks, Hq, CONSUMERS * BLOCK_M, PERSISTENT, CAUSAL)
             slot = -1  # a piece's workspace slot
