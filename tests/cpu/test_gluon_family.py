@@ -245,7 +245,8 @@ def test_split_tail_kernel_zeroes_its_counters_then_runs_the_forward(gluon_archi
                                 {"name": "tail_ctr", "shape": ["num_sms", "const:16"]}]
     zero, fwd = rec["steps"]
     words = [p[0] for p in fwd["params"]]
-    assert zero["params"][0][:2] == ["tail_ctr", "ptr"] and zero["grid"] == [[["num_sms", 1]], [], []]
+    assert zero["params"][0][:2] == ["tail_ctr", "ptr"]
+    assert zero["grid"] == [[["num_sms", 1]], [], []]
     first = words.index("tail_part")
     assert words[first:first + 7] == ["tail_part", "tail_stat", "tail_ctr", "o", "o_stride_b",
                                       "o_stride_h", "o_stride_s"]
@@ -456,8 +457,9 @@ def test_split_tail_covers_every_key_tile_once_and_shortens_the_last_round(
     each at least one key tile, taken piece by piece (every split tile's first piece, then its
     second, ...), their slots inside the workspace's TAIL_SLOTS per program; and the last
     round, in tiles, is the shortest that 1..TAIL_MAX_PIECES pieces give (none where nothing is
-    left over: 2048 tiles on 128 programs). On 132 SMs the bench's 2048 tiles of 16 key tiles take 15 whole rounds and
-    thirds of the 68 left (15.69 rounds, from 16); 4096 take 31 and quarters of 4."""
+    left over: 2048 tiles on 128 programs). On 132 SMs the bench's 2048 tiles of 16 key tiles
+    take 15 whole rounds and thirds of the 68 left (15.69 rounds, from 16); 4096 take 31 and
+    quarters of 4."""
     fwd = kernel_module("fwd")
     monkeypatch.setattr(fwd, "gl", _IntegerGl)
     most, slots = fwd.TAIL_MAX_PIECES.value, fwd.TAIL_SLOTS.value
@@ -673,7 +675,8 @@ def test_split_tail_merge_keeps_o_and_lse(monkeypatch, magnitude, Sk, block_n, p
     rng = np.random.default_rng(11)
     rows, d = 64, 16
     s = (rng.standard_normal((rows, Sk)) * magnitude).astype(np.float32)
-    s += np.linspace(0, 4 * magnitude, Sk, dtype=np.float32)[None, :] * (np.arange(rows) % 2)[:, None]
+    ramp = np.linspace(0, 4 * magnitude, Sk, dtype=np.float32)
+    s += ramp[None, :] * (np.arange(rows) % 2)[:, None]  # every other row's max grows
     v = rng.standard_normal((Sk, d)).astype(np.float32)
     ranges = _piece_ranges(-(-Sk // block_n), pieces)
     o, lse = _split_softmax(monkeypatch, s, v, 0.125, block_n, ranges)

@@ -276,7 +276,8 @@ def test_a_divided_workspace_extent_rounds_up_as_grid_factors_do(tmp_path):
 def test_a_workspace_over_the_devices_programs_takes_its_count(tmp_path, monkeypatch, sms):
     """A persistent kernel's per-program buffers: [num_sms, const:n, D] floats, sized by the
     device's multiprocessor count at launch (the recording driver's, here)."""
-    k = _kernel(workspace=[("part", ("num_sms", "const:256", "D")), ("ctr", ("num_sms", "const:16"))],
+    k = _kernel(workspace=[("part", ("num_sms", "const:256", "D")),
+                           ("ctr", ("num_sms", "const:16"))],
                 words=[("q", "ptr", 0), ("part", "ptr", 8), ("ctr", "ptr", 16)], kernarg=24)
     path = _archive(tmp_path, [k])
     assert _index_problems(path) == []

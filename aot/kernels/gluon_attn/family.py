@@ -3,11 +3,11 @@ backward, their launch steps and declared variant spaces.
 
 Run and measured on the H200 (docs/gluon-family.md, docs/gluon-bwd.md); the four-consumer
 forward configs passed part of their GPU tests only (run97: docs/gluon-family.md, item 19); the
-split-tail forward configs (`tail`, item 22) are built, not run, and the database selects none. The
-family has priority 1000, so it is never a family default: it serves where the tuning database
-picks it (315 of the 452 sm_90 forward keys, decode keys included, and 288 of the 297 backward
-keys in aot/tuning_db/sm_90.jsonl),
-with the triton default behind it for inputs a TMA descriptor cannot take.
+split-tail forward configs (`tail`, item 22) are built, not run, and the database selects
+none. The family has priority 1000, so it is never a family default: it serves where the
+tuning database picks it (315 of the 452 sm_90 forward keys, decode keys included, and 288 of
+the 297 backward keys in aot/tuning_db/sm_90.jsonl), with the triton default behind it for
+inputs a TMA descriptor cannot take.
 
 Head dims: the forward and the backward serve 64, 96, 128 and 256. 96 runs on 128-wide tiles
 (`tile_dim`); the backward at 256 has a kernel of its own (`wide`, bwd_wide.py).
@@ -64,7 +64,8 @@ from attnpack.targets import TARGETS
 from .bwd import (attn_bwd_dkdv, attn_bwd_dkdv_dq_atomic, attn_bwd_dkdv_dq_tma, attn_bwd_dq,
                   attn_bwd_dq_convert, attn_bwd_preprocess, dq_share_cols)
 from .bwd_wide import attn_bwd_dkdv_wide, attn_bwd_dkdv_wide_dq_atomic, attn_bwd_dq_wide
-from .fwd import TAIL_SLOTS as _TAIL_SLOTS, attn_fwd_pingpong, attn_fwd_pingpong_tail, attn_fwd_tail_zero
+from . import fwd
+from .fwd import attn_fwd_pingpong, attn_fwd_pingpong_tail, attn_fwd_tail_zero
 
 SHARED_MEMORY_BYTES = TARGETS["sm_90"].shared_bytes
 
@@ -111,10 +112,9 @@ FWD_CONFIGS = (
     {"M": 64, "N": 64, "stages": 3, "persistent": 1, "consumers": 4, "tail": 1},
 )
 FWD_CONSUMERS = 2  # consumer warpgroups of a forward config without the knob
-# The split tail's counters a program: one per (consumer, warp) of each tile it splits; its
-# pieces' results a program (fwd.TAIL_SLOTS).
-TAIL_COUNTERS = 16
-TAIL_SLOTS = _TAIL_SLOTS.value
+# The split tail's workspace a program: TAIL_SLOTS pieces' results, TAIL_COUNTERS counters.
+TAIL_SLOTS = fwd.TAIL_SLOTS.value
+TAIL_COUNTERS = fwd.TAIL_COUNTERS.value
 
 # Backward. The dK/dV program owns 128 keys (64 per consumer warpgroup) and steps M query
 # rows at a time; det 1 adds the dQ kernel, whose program owns 128 query rows and steps qN keys.
@@ -320,7 +320,8 @@ def workspace(arch: str, op: str, key: FunctionalKey, config) -> tuple[Workspace
         if not config.get("tail"):
             return ()
         rows = config.get("consumers", FWD_CONSUMERS) * config["M"]
-        return (Workspace("tail_part", ("num_sms", f"const:{TAIL_SLOTS * rows * tile_dim(key.head_dim)}")),
+        part = TAIL_SLOTS * rows * tile_dim(key.head_dim)
+        return (Workspace("tail_part", ("num_sms", f"const:{part}")),
                 Workspace("tail_stat", ("num_sms", f"const:{TAIL_SLOTS * rows * 2}")),
                 Workspace("tail_ctr", ("num_sms", f"const:{TAIL_COUNTERS}")))
     delta = Workspace("delta", ("B", "Hq", "Sq"))

@@ -153,6 +153,7 @@ def _tile(unit, half, row_blocks, Hq, TILE_M: gl.constexpr, PERSISTENT: gl.const
 # --------------------------------------------------------------------------------------------
 TAIL_MAX_PIECES = gl.constexpr(4)
 TAIL_SLOTS = gl.constexpr(2)  # partial results per program in the workspace: R·pieces <= 2·P
+TAIL_COUNTERS = gl.constexpr(16)  # counters per program: a tile's consumers x 4 warps, at most
 
 
 @gluon.jit
@@ -944,6 +945,8 @@ def attn_fwd_pingpong_tail(q_desc, k_desc, v_desc, o_desc, lse_ptr, B, Hq, Hkv, 
                            LOAD_REGS: gl.constexpr):
     """The persistent forward without a mask, its last round split (TAIL): grid (num_sms,),
     num_warps = 4; after attn_fwd_tail_zero has zeroed tail_ctr."""
+    gl.static_assert(CONSUMERS * (BLOCK_M // TAIL_WARP_ROWS) <= TAIL_COUNTERS,
+                     "a counter per consumer warp of a split tile")
     tail = TailBuffers(tail_part, tail_stat, tail_ctr.to(gl.pointer_type(gl.uint32), bitcast=True),
                        o, o_stride_b, o_stride_h, o_stride_s, D)
     _program(q_desc, k_desc, v_desc, o_desc, lse_ptr, B, Hq, Hkv, Sq, Sk, sm_scale, tail,
