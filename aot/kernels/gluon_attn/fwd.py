@@ -161,13 +161,14 @@ def _tail_split(tiles, programs, n_kv):
     """(whole, pieces): the tiles served whole (full rounds of `programs`) and how many key
     ranges each tile left is cut into, the count in 1..TAIL_MAX_PIECES with the shortest last
     round (the fewest pieces of those), each piece at least one key tile and all of them in
-    the workspace's TAIL_SLOTS per program."""
+    the workspace's TAIL_SLOTS per program; 1 where no tile is left."""
     rest = tiles % programs
     pieces = 1
     rounds = 1  # the last round, in tiles: rounds / pieces
     for k in gl.static_range(2, TAIL_MAX_PIECES + 1):
         r = gl.cdiv(rest * k, programs)
-        if (r * pieces < rounds * k) & (rest * k <= TAIL_SLOTS * programs) & (k <= n_kv):
+        if (r * pieces < rounds * k) & (rest * k <= TAIL_SLOTS * programs) & (k <= n_kv) \
+                & (rest > 0):
             pieces = k
             rounds = r
     return tiles - rest, pieces
