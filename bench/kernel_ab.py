@@ -201,6 +201,29 @@ def print_row(row, sides):
     print(f"{row['shape']:<40} | {' | '.join(cells)} | {cudnn}{wrong}", flush=True)
 
 
+def twin_ratios(rows: list[dict], side: str, suffix: str) -> dict[str, list[tuple[str, float]]]:
+    """For --twin: per kernel whose name ends in `suffix`, (shape, its rate over its twin's) at
+    every row where `side` timed both; the twin is the same name without the suffix (a knob
+    against the config without it, e.g. _tail1)."""
+    out: dict[str, list[tuple[str, float]]] = {}
+    for row in rows:
+        rates = row["tflops"].get(side, {})
+        for name, rate in rates.items():
+            twin = name[:-len(suffix)] if name.endswith(suffix) else None
+            if twin and rates.get(twin):
+                out.setdefault(name, []).append((row["shape"], rate / rates[twin]))
+    return out
+
+
+def print_twins(rows: list[dict], sides: list[str], suffix: str) -> None:
+    for side in sides:
+        for name, pairs in sorted(twin_ratios(rows, side, suffix).items()):
+            ratios = [r for _, r in pairs]
+            cells = ", ".join(f"{shape} {r:.3f}" for shape, r in pairs)
+            print(f"# {side}: {name} over its twin: geomean {geomean(ratios):.3f}, min "
+                  f"{min(ratios):.3f}, max {max(ratios):.3f} over {len(ratios)} shapes ({cells})")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--archive", type=_side, action="append", required=True,
@@ -216,6 +239,9 @@ def main(argv=None):
     ap.add_argument("--max-diff", type=float, default=3e-2)
     ap.add_argument("--cycles", action="store_true",
                     help=f"compare cycles per call (rates at {NOMINAL_GHZ} GHz), not times")
+    ap.add_argument("--twin", default="", metavar="SUFFIX",
+                    help="also print each kernel named ...SUFFIX against the same name without "
+                         "it (its twin), per shape and as a geomean, e.g. --twin _tail1")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     sides = [name for name, _ in args.archive]
@@ -245,6 +271,8 @@ def main(argv=None):
         if best:
             print(f"# {side}/{sides[0]}, best kernel per shape: geomean {geomean(best):.3f}, "
                   f"min {min(best):.3f}, max {max(best):.3f} over {len(best)} shapes")
+    if args.twin:
+        print_twins(rows, sides, args.twin)
     if args.json:
         args.json.write_text(json.dumps({"sides": dict((n, str(p)) for n, p in args.archive),
                                          "cycles_at_ghz": NOMINAL_GHZ if args.cycles else None,
