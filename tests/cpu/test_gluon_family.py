@@ -263,6 +263,31 @@ def test_split_tail_kernel_zeroes_its_counters_then_runs_the_forward(gluon_archi
     assert [l["symbol"] for l in launches] == ["attn_fwd_tail_zero", "attn_fwd_pingpong_tail"]
 
 
+def test_split_tail_counts_in_with_release_and_reads_with_acquire(gluon_archive):
+    """The split tail's memory order, as the machine code has it: each consumer's warps add to
+    their counters with a GPU-scope release (ptxas: one elected `REDG.E.ADD.STRONG.GPU` a warp
+    behind a `MEMBAR.ALL.GPU`, after the piece's workspace stores), and read them with an
+    acquire (`LDG.E.STRONG.GPU`, then `CCTL.IVALL`, so the merge's loads miss the L1) before
+    any load of the other pieces' slots. A compiler that weakened either would fail here."""
+    if not cuobjdump().is_file():
+        pytest.skip(f"no cuobjdump in the triton package ({cuobjdump()})")
+    from attnpack.builder import sass
+    ar = read_archive(gluon_archive)
+    code = sass.instructions(ar.image(_fwd_step(ar.kernel(TAIL))["image"]))
+    ops = [sass.opcode(line) for line in code]
+    adds = [i for i, op in enumerate(ops) if op == "REDG.E.ADD.STRONG.GPU"]
+    reads = [i for i, op in enumerate(ops) if op == "LDG.E.STRONG.GPU"]
+    assert len(adds) == 2 and len(reads) == 4  # two consumers; two rows a thread each
+    for a in adds:
+        assert "MEMBAR.ALL.GPU" in ops[a - 4:a] and "STG.E.64" in ops[a - 80:a], code[a - 6:a + 1]
+    for r in reads:
+        assert ops[r + 1] == "CCTL.IVALL", code[r:r + 2]
+    for first, second in (reads[:2], reads[2:]):
+        add = max(a for a in adds if a < first)
+        assert add < first and not [op for op in ops[add:second] if op.startswith("LDG.E")
+                                    and op != "LDG.E.STRONG.GPU"]
+
+
 THREE_CONSUMERS = ("gluon/fwd/bf16-d64-causal/M64_N64_stages3_overlap1_persistent1_consumers3",
                    "gluon/fwd/bf16-d64-full/M64_N128_stages3_consumers3")
 # A causal one on a 2-stage ring, whose consumer 0 skips up to three key tiles, more than the
