@@ -228,8 +228,8 @@ def _fwd_steps(key: FunctionalKey, config) -> tuple[Step, ...]:
         del constexprs["CAUSAL"], constexprs["PERSISTENT"]
         constexprs["D"] = key.head_dim
         zero = _step("fwd_tail_zero", attn_fwd_tail_zero, {}, grid, {"COUNTERS": TAIL_COUNTERS})
-        fwd = _step("fwd", attn_fwd_pingpong_tail, words, grid, constexprs, maps)
-        return zero, fwd
+        attention = _step("fwd", attn_fwd_pingpong_tail, words, grid, constexprs, maps)
+        return zero, attention
     return (Step(name="fwd", args=args, grid=grid, tensormaps=maps,
                  kernel=TritonKernel(attn_fwd_pingpong, constexprs, num_warps=4, num_stages=1,
                                      options=LAUNCH_OPTIONS)),)
