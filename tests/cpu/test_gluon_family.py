@@ -633,17 +633,16 @@ def _numpy_fwd(monkeypatch):
     return fwd
 
 
-def _online_softmax(monkeypatch, s, v, scale, block_n, causal=False):
-    """O and LSE of one consumer's rows from their float32 scores s [M, Sk], key tile by key
-    tile through fwd._softmax as _attend calls it, then fwd._row_lse as the epilogue does."""
-    fwd = _numpy_fwd(monkeypatch)
+def _attend_tiles(fwd, s, v, scale, block_n, key_tiles, causal=False):
+    """(acc, m, l) of rows with float32 scores s [M, Sk] over the key tiles `key_tiles`, one
+    by one through fwd._softmax as _attend calls it (absolute tile indices for the mask)."""
     rows, Sk = s.shape
     m_i = np.full(rows, -np.inf, np.float32)
     l_i = np.zeros(rows, np.float32)
     r_i = np.full(rows, -np.inf, np.float32)
     acc = np.zeros((rows, v.shape[1]), np.float32)
     with np.errstate(over="ignore", invalid="ignore"):
-        for j in range(-(-Sk // block_n)):
+        for j in key_tiles:
             tile = np.zeros((rows, block_n), np.float32)  # TMA zero-fills keys past Sk
             tile[:, :min(block_n, Sk - j * block_n)] = s[:, j * block_n:(j + 1) * block_n]
             v_tile = np.zeros((block_n, v.shape[1]), np.float32)
@@ -653,6 +652,16 @@ def _online_softmax(monkeypatch, s, v, scale, block_n, causal=False):
                 causal)
             assert p.dtype == alpha.dtype == np.float32 and (p <= 1).all() and (alpha <= 1).all()
             acc = acc * alpha[:, None] + p @ v_tile
+    return acc, m_i, l_i
+
+
+def _online_softmax(monkeypatch, s, v, scale, block_n, causal=False):
+    """O and LSE of one consumer's rows from their float32 scores s [M, Sk], key tile by key
+    tile through fwd._softmax as _attend calls it, then fwd._row_lse as the epilogue does."""
+    fwd = _numpy_fwd(monkeypatch)
+    acc, m_i, l_i = _attend_tiles(fwd, s, v, scale, block_n, range(-(-s.shape[1] // block_n)),
+                                  causal)
+    with np.errstate(over="ignore", invalid="ignore"):
         return acc / l_i[:, None], fwd._row_lse.fn(m_i, l_i, np.float32(scale))
 
 
@@ -661,7 +670,7 @@ def _split_softmax(monkeypatch, s, v, scale, block_n, ranges):
     (lo, hi) through fwd._softmax as a piece's _attend calls it (from its key tile lo), then
     the pieces merged in order by fwd._merge_step and finished as _tail_epilogue does."""
     fwd = _numpy_fwd(monkeypatch)
-    rows, Sk = s.shape
+    rows = s.shape[0]
     qk_scale = np.float32(scale * fwd.LOG2E)
     m = np.full(rows, -np.inf, np.float32)
     r = np.full(rows, -np.inf, np.float32)
@@ -669,21 +678,20 @@ def _split_softmax(monkeypatch, s, v, scale, block_n, ranges):
     merged = np.zeros((rows, v.shape[1]), np.float32)
     with np.errstate(over="ignore", invalid="ignore"):
         for lo, hi in ranges:
-            m_i = np.full(rows, -np.inf, np.float32)
-            l_i = np.zeros(rows, np.float32)
-            r_i = np.full(rows, -np.inf, np.float32)
-            acc = np.zeros((rows, v.shape[1]), np.float32)
-            for j in range(lo, hi):
-                tile = np.zeros((rows, block_n), np.float32)
-                tile[:, :min(block_n, Sk - j * block_n)] = s[:, j * block_n:(j + 1) * block_n]
-                v_tile = np.zeros((block_n, v.shape[1]), np.float32)
-                v_tile[:min(block_n, Sk - j * block_n)] = v[j * block_n:(j + 1) * block_n]
-                p, alpha, m_i, l_i, r_i = fwd._softmax.fn(tile, m_i, l_i, r_i, j, 0, Sk, qk_scale,
-                                                          None, rows, block_n, False)
-                acc = acc * alpha[:, None] + p @ v_tile
+            acc, m_i, l_i = _attend_tiles(fwd, s, v, scale, block_n, range(lo, hi))
             m, r, l, merged = fwd._merge_step.fn(m, r, l, merged, m_i, l_i, acc, qk_scale)
             assert m.dtype == r.dtype == l.dtype == merged.dtype == np.float32
         return merged * (1 / l)[:, None], fwd._row_lse.fn(m, l, np.float32(scale))
+
+
+def _growing_scores(seed, Sk, magnitude, rows=64, d=16):
+    """Float32 scores [rows, Sk] of a size, every other row's max growing along the keys (the
+    later tiles rescale the earlier ones), and values [Sk, d]."""
+    rng = np.random.default_rng(seed)
+    s = (rng.standard_normal((rows, Sk)) * magnitude).astype(np.float32)
+    ramp = np.linspace(0, 4 * magnitude, Sk, dtype=np.float32)
+    s += ramp[None, :] * (np.arange(rows) % 2)[:, None]
+    return s, rng.standard_normal((Sk, d)).astype(np.float32)
 
 
 def _piece_ranges(n_kv, pieces):
@@ -697,12 +705,7 @@ def test_split_tail_merge_keeps_o_and_lse(monkeypatch, magnitude, Sk, block_n, p
     """A tile cut into pieces along its keys and merged (fwd._merge_step): O and the LSE match
     float64 as the unsplit softmax does, and the unsplit one to float32 rounding, with maxima
     that grow along the keys so that later pieces rescale the earlier ones."""
-    rng = np.random.default_rng(11)
-    rows, d = 64, 16
-    s = (rng.standard_normal((rows, Sk)) * magnitude).astype(np.float32)
-    ramp = np.linspace(0, 4 * magnitude, Sk, dtype=np.float32)
-    s += ramp[None, :] * (np.arange(rows) % 2)[:, None]  # every other row's max grows
-    v = rng.standard_normal((Sk, d)).astype(np.float32)
+    s, v = _growing_scores(11, Sk, magnitude)
     ranges = _piece_ranges(-(-Sk // block_n), pieces)
     o, lse = _split_softmax(monkeypatch, s, v, 0.125, block_n, ranges)
     o_ref, lse_ref = _float64_softmax(s, v, 0.125)
@@ -748,12 +751,7 @@ def test_softmax_reference_keeps_o_and_lse_of_ordinary_scores(monkeypatch, magni
     LSE of scores of every size a model gives, including maxima that grow along the keys (the
     later tiles rescale the earlier ones through r_i − r_new). Sk = 40 keys for 64 rows: under
     causal the later rows' last visible key is Sk - 1, not the row (the mask's min(row, Sk - 1))."""
-    rng = np.random.default_rng(7)
-    rows, d = 64, 16
-    s = (rng.standard_normal((rows, Sk)) * magnitude).astype(np.float32)
-    ramp = np.linspace(0, 4 * magnitude, Sk, dtype=np.float32)
-    s += ramp[None, :] * (np.arange(rows) % 2)[:, None]  # every other row's max grows
-    v = rng.standard_normal((Sk, d)).astype(np.float32)
+    s, v = _growing_scores(7, Sk, magnitude)
     o, lse = _online_softmax(monkeypatch, s, v, 0.125, block_n, causal)
     o_ref, lse_ref = _float64_softmax(s, v, 0.125, causal)
     assert np.isfinite(o).all() and np.isfinite(lse).all()
