@@ -84,7 +84,7 @@ FWD_CONFIGS = (
     {"M": 64, "N": 128, "stages": 3, "overlap": 1, "persistent": 1},
     {"M": 64, "N": 64, "stages": 2, "overlap": 1, "persistent": 1},
     # the overlapped persistent N128 config with a 2-stage ring, where the 3-stage one does not
-    # fit shared memory (tile width 128), without a mask (`excluded`)
+    # fit shared memory (tile width 128; `excluded`)
     {"M": 64, "N": 128, "stages": 2, "overlap": 1, "persistent": 1},
     # three consumer warpgroups, head dim 64 only (`excluded` says why)
     {"M": 64, "N": 128, "stages": 2, "overlap": 1, "consumers": 3},
@@ -414,8 +414,6 @@ def excluded(arch: str, op: str, key: FunctionalKey, config) -> str | None:
             and config["stages"] == 2 and config.get("consumers", FWD_CONSUMERS) == 2):
         if tile_dim(key.head_dim) <= 64:
             return "the 3-stage ring of this config fits at head dim 64; this one stands in for it"
-        if key.causal:
-            return "the overlapped persistent N128 2-stage schedule spills under causal"
     if op == "fwd" and config.get("tail") and key.causal:
         return ("the split tail serves the persistent forward without a mask: under causal a "
                 "program's units are pairs of unequal tiles (fwd._unit_tiles)")

@@ -22,7 +22,7 @@ python3 -m attnpack.cli build --arch sm_90 --all --family gluon --op fwd --dtype
   -o /tmp/tail-apk -j "$(nproc)" > "$L/build.log" 2>&1 || echo "build failed"
 echo "archive at $SECONDS s"
 timeout $((575 - SECONDS)) python3 bench/kernel_ab.py --op fwd --cycles --reps 8 --twin _tail1 \
-  --archive all=/tmp/tail-apk/attnpack-0.1.0-sm_90.apk --kernel-filter "-full/.*persistent1" \
+  --archive all=/tmp/tail-apk/attnpack-0.1.0-sm_90.apk "--kernel-filter=-full/.*persistent1" \
   --shapes bench/shapes.json --shapes bench/model_shapes.json --json "$OUT/ab_tail.json" \
   > "$OUT/ab_tail.txt" 2>&1
 echo "ab rc $? at $SECONDS s"; grep "over its twin" "$OUT/ab_tail.txt"
