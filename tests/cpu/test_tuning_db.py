@@ -235,8 +235,32 @@ def test_decode_keys_are_timed_as_serving_runs_them():
     assert natural_key("fwd", "bf16", 128, False, 8, 16, 8192).streams == 128
     prefill = natural_key("fwd", "bf16", 128, False, 8, 128, 8192)
     assert timing_shape(prefill)[3] == 128  # prefill as before, in its batch's class
-    with pytest.raises(ValueError, match="only decode keys are tuned per class"):
-        timing_shape(prefill._replace(streams=64 if prefill.streams == 128 else 128))
+
+
+def test_a_prefill_key_named_in_another_class_is_timed_at_that_class_bound():
+    """bench/shapes.json's B16 x 16 heads at S1024 (256 pairs, class 256) is served by a key
+    whose timing batch, B47 x 8, is in class 512. Named in class 256 (a keys file with
+    `streams`), that key is timed at B32 x 8, 256 pairs, and at that shape alone; where the
+    caps keep the batch out of the class the key is refused, naming the fix."""
+    from attnpack.tune.runner import (class_bound_batch, keys_from_fields, natural_key,
+                                      timing_shape, timing_shapes)
+    key = natural_key("bwd", "bf16", 128, False, 1, 1024, 1024)
+    assert key.streams == 512 and timing_shapes(key)[0][0] == 47
+    for streams, batch in ((64, 8), (128, 16), (256, 32)):
+        named = key._replace(streams=streams)
+        assert keys_from_fields(named._asdict()) == [named]
+        assert class_bound_batch(named) == batch
+        assert timing_shape(named) == (batch, 8, 8, 1024, 1024, 128)
+        assert timing_shapes(named) == [timing_shape(named)]
+    # a natural class-64 key named in class 512 is timed at B64 x 8, where the caps allow it
+    long = natural_key("fwd", "bf16", 128, True, 1, 8192, 8192)
+    assert long.streams == 64
+    assert timing_shapes(long._replace(streams=512)) == [(64, 8, 8, 8192, 8192, 128)]
+    # 8 GiB of q, k, v, o and gradients hold 3 batches of 64 query heads at S16384, head dim 256
+    huge = natural_key("bwd", "bf16", 256, True, 8, 16384, 16384)._replace(streams=512)
+    with pytest.raises(ValueError, match="would be timed at B=3 x 8 KV heads, class 64; tune "
+                                         "it in the class of its timing batch"):
+        timing_shape(huge)
 
 
 def test_lowest_and_highest_class_prefill_keys_are_timed_at_their_class_bound_too():
@@ -327,20 +351,21 @@ def test_a_keys_file_entry_without_a_class_tunes_decode_in_every_class():
 
 def test_committed_entries_carry_their_timing_shapes_class():
     """Each entry of the committed database is in the streams class of the batch it was timed
-    at, and a prefill entry in the class its key is tuned in (runner.natural_key): a bound added
-    to STREAM_BOUNDS must move the entries with it, as the sixteenth session's 256 and 512 did."""
+    at, and a prefill entry in the class its key is tuned in (runner.natural_key) or, named in
+    another, timed at that class's bound (runner.class_bound_batch): a bound added to
+    STREAM_BOUNDS must move the entries with it, as the sixteenth session's 256 and 512 did."""
     from attnpack.tune.buckets import SEQLEN_BOUNDS, streams_class
     from attnpack.tune.db import load_db
-    from attnpack.tune.runner import natural_key
+    from attnpack.tune.runner import timing_shape
     db = load_db(Path(__file__).resolve().parents[2] / "aot" / "tuning_db" / "sm_90.jsonl")
     wrong = []
     for key, entry in db.entries.items():
         shape = entry["shape"]
         if key.streams != streams_class(shape["B"], shape["Hkv"]):
             wrong.append(f"{key.text}: timed at B={shape['B']} x {shape['Hkv']}")
-        elif key.sq > SEQLEN_BOUNDS[0] and key.streams != natural_key(
-                key.op, key.dtype, key.head_dim, key.causal, key.gqa, key.sq, key.sk).streams:
-            wrong.append(f"{key.text}: not the class its key is tuned in")
+        elif key.sq > SEQLEN_BOUNDS[0] and shape["B"] != timing_shape(key)[0]:
+            wrong.append(f"{key.text}: timed at B={shape['B']}, its class's rule says "
+                         f"{timing_shape(key)[0]}")
     assert wrong == []
 
 
@@ -583,3 +608,28 @@ def test_an_entry_held_by_hand_keeps_its_kernel_through_a_merge(tmp_path):
     assert result.exit_code == 0, result.output
     assert "1 held by hand kept theirs" in result.output
     assert load_db(tmp_path / "m.jsonl").entries[next(iter(old.entries))]["kernel"] == held["kernel"]
+
+
+def test_row_keys_name_each_bench_row_key_in_the_rows_class_and_all_are_tunable():
+    """bench/shapes.json and model_shapes.json: every row's keys (forward, and backward where
+    the row trains), each in its row's streams class; the keys whose rows sit in another class
+    than their default one can all be timed at their class's bound (build_tools/row_keys.py
+    writes them for `attnpack tune --keys`)."""
+    from attnpack.bench.shapes import DEFAULT_SHAPE_FILES, load_shape_file, row_keys
+    from attnpack.tune.buckets import streams_class
+    from attnpack.tune.runner import natural_key, timing_shapes
+    shapes = [s for path in DEFAULT_SHAPE_FILES for s in load_shape_file(path)]
+    every = row_keys(shapes)
+    assert len(every) == len(set(every))
+    for s in shapes:
+        for op in s.wanted_ops(("fwd", "bwd")):
+            assert any(k.op == op and k.head_dim == s.head_dim and k.causal == s.causal and
+                       k.streams == streams_class(s.batch, s.heads_kv) for k in every), s
+    other = row_keys(shapes, other_class_only=True)
+    assert set(other) < set(every) and len(other) >= 20
+    for key in other:
+        assert key.sq > 16 and key.streams != natural_key(*key[:-1]).streams
+        [(b, hq, hkv, *_)] = timing_shapes(key)
+        assert b * hkv == key.streams, key
+    # the public row below 1.0x forward + backward: B16 x 16 heads at S1024, 256 pairs
+    assert ("bwd", "bf16", 128, False, 1, 1024, 1024, 256) in other

@@ -11,7 +11,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from attnpack.tune.runner import flops
+from attnpack.keys import TuneKey
+from attnpack.tune.db import problem_key
+from attnpack.tune.runner import flops, natural_key
 
 REQUIRED = ("batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k", "head_dim", "causal", "dtype")
 DTYPES = ("bf16", "fp16")
@@ -152,3 +154,23 @@ def plan_rows(shape_files, dtypes=None, max_rows: int | None = None,
             for dtype in (dtypes or (shape.dtype,)):
                 planned.append((set_name(path), shape.with_dtype(dtype)))
     return planned
+
+
+def row_keys(shapes, other_class_only: bool = False) -> list[TuneKey]:
+    """The tuning keys the rows of `shapes` are served by, each in its row's streams class, in
+    row order without repeats: a forward + backward row needs its forward and its backward key,
+    a row with `ops` those ops' keys. With `other_class_only`, only the prefill keys whose
+    row's class is not the one the key is tuned in by default (runner.natural_key): those
+    rows are served by a nearer class's entry until the key is tuned in theirs
+    (`attnpack tune --keys` with these, runner.class_bound_batch)."""
+    keys = []
+    for shape in shapes:
+        for op in shape.wanted_ops(("fwd", "bwd")):
+            key = problem_key(op, shape.dtype, shape.head_dim, shape.causal, shape.batch,
+                              shape.heads_q, shape.heads_kv, shape.seqlen_q, shape.seqlen_k)
+            if other_class_only and (key.sq <= 16 or key.streams == natural_key(
+                    *key[:-1]).streams):
+                continue
+            if key not in keys:
+                keys.append(key)
+    return keys

@@ -17,7 +17,8 @@ docs/triton-family.md "Decode"), while from some hundreds of pairs on the unspli
 at 512 and 1024 pairs a decode kernel ran 1.13-1.14x faster than the pick of class 128, the
 largest class until the sixteenth session (run81, bench/decode_rows.py). Decode keys are tuned in
 every class. Prefill keys carry the class of the batch they were timed at
-(attnpack.tune.runner.timing_shape), and selection treats the class as a tie-break between
+(attnpack.tune.runner.timing_shape), or, named in another class in a `--keys` file, that class,
+timed at its bound (runner.class_bound_batch); selection treats the class as a tie-break between
 entries equally near in GQA, Sq and Sk (tune/db.py, nearest_entry), so a prefill problem never
 trades a nearer sequence bucket for it.
 """

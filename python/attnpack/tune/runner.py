@@ -12,7 +12,9 @@ For each key (op, dtype, head dim, causal, GQA class, Sq bucket, Sk bucket, stre
    by call (`Bench.turns_us`), so every candidate meets the same clocks; a prefill key of
    the lowest or the highest streams class at two sizes, its timing batch's and one at the
    class's bound (`timing_shapes`), the winner then being the fastest by the geometric mean
-   of each candidate's time over the fastest at either size (`class_scores`);
+   of each candidate's time over the fastest at either size (`class_scores`); a prefill key
+   named in another class than its timing batch's (`--keys` with `streams`) at that class's
+   bound alone (`class_bound_batch`);
 4. the close contenders (within RUNOFF_MARGIN of the fastest, at most RUNOFF_MOST) are timed
    again in RUNOFF_ROUNDS rounds of turns among themselves, and each keeps the median of all
    its runs (`runoff`);
@@ -147,7 +149,8 @@ def timing_shape(key: TuneKey) -> tuple[int, int, int, int, int, int]:
     backward's also until its dK/dV kernel runs BWD_MIN_PROGRAMS programs, within its streams
     class), but B·Hq stays within a launch grid's y dimension (MAX_GRID_Y), where the kernels
     put it, and q, k, v, o (with their gradients for bwd) within TIMED_BYTES. Such a key's
-    streams class is that batch's (natural_key); another is refused.
+    streams class is that batch's (natural_key); a key named in another class is timed at that
+    class's bound instead (class_bound_batch).
 
     Decode keys (Sq bucket 16) are timed as serving runs them instead: one new token (Sq = 1)
     for the batch DECODE_SEQUENCES names for the key's streams class. Grown to TIMED_FLOP the
@@ -161,15 +164,32 @@ def timing_shape(key: TuneKey) -> tuple[int, int, int, int, int, int]:
         return DECODE_SEQUENCES[key.streams], hq, hkv, 1, key.sk, key.head_dim
     B = _prefill_batch(key.op, key.head_dim, key.causal, key.gqa, key.sq, key.sk)
     if streams_class(B, hkv) != key.streams:
-        raise ValueError(f"{key.text}: a prefill key is timed at B={B} x {hkv} KV heads, streams "
-                         f"class {streams_class(B, hkv)}; only decode keys are tuned per class")
+        B = class_bound_batch(key)
     return B, hq, hkv, key.sq, key.sk, key.head_dim
+
+
+def class_bound_batch(key: TuneKey) -> int:
+    """The batch a prefill key named in another streams class than its timing batch's is timed
+    at: the class's bound, B·Hkv = key.streams (8 KV heads: B 8, 16, 32, 64), where rows sit
+    (bench/shapes.json's B16 x 16 heads at S1024 is 256 pairs, class 256, while its key's
+    timing batch, B47 x 8, is in 512). A batch of a few hundred pairs gives a GPU of 132 SMs a
+    round count whose last round the winner depends on (docs/tuning.md, "Keys in the rows'
+    classes"). Refused where the caps (grid, memory) keep the batch out of that class."""
+    hkv, hq = TIMING_HEADS_KV, TIMING_HEADS_KV * key.gqa
+    B = min(max(1, key.streams // hkv),
+            _most_batches(key.op, hq, hkv, key.sq, key.sk, key.head_dim))
+    if streams_class(B, hkv) != key.streams:
+        raise ValueError(f"{key.text}: streams class {key.streams} would be timed at B={B} x "
+                         f"{hkv} KV heads, class {streams_class(B, hkv)}; tune it in the class "
+                         f"of its timing batch (leave `streams` out of the keys file)")
+    return B
 
 
 def timing_shapes(key: TuneKey) -> list[tuple[int, int, int, int, int, int]]:
     """The shapes a key is timed at: timing_shape's, and for a prefill key of the lowest or the
     highest streams class also one at the class's bound, where the rows it serves sit but its
-    timing batch does not:
+    timing batch does not (a key named in another class than its timing batch's is timed at
+    that class's bound alone, class_bound_batch):
     - class 64 (B·Hkv up to STREAM_BOUNDS[0], long sequences) also at its top, B·Hkv = 64,
       where the caps allow a larger batch. Its keys are timed at a few pairs: run98 timed every
       kernel of the bf16 head-dim-64 key without a mask at S8192 at both ends, B2 and B8 x 8
@@ -184,7 +204,8 @@ def timing_shapes(key: TuneKey) -> list[tuple[int, int, int, int, int, int]]:
       0.4 % at its timing batch, B187 x 8 (docs/tuning.md, "Both ends of the open class")."""
     shape = timing_shape(key)
     B, Hq, Hkv, Sq, Sk, D = shape
-    if key.sq <= SEQLEN_BOUNDS[0]:
+    if key.sq <= SEQLEN_BOUNDS[0] or key.streams != natural_key(
+            key.op, key.dtype, key.head_dim, key.causal, key.gqa, key.sq, key.sk).streams:
         return [shape]
     if key.streams == STREAM_BOUNDS[0]:
         top = min(STREAM_BOUNDS[0] // Hkv, _most_batches(key.op, Hq, Hkv, Sq, Sk, D))
