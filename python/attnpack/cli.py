@@ -178,11 +178,13 @@ def _parse_shape(text: str) -> tuple[int, ...]:
 @main.command()
 @click.option("--arch", required=True, type=click.Choice(list(TARGETS)),
               help="The local GPU's arch; the archive must target it.")
-@click.option("--archive", "archive_path", required=True,
+@click.option("--archive", "archive_path",
               type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="A tuning archive with the full variant space (attnpack build --all).")
-@click.option("-o", "--out", "out_path", required=True, type=click.Path(dir_okay=False, path_type=Path),
-              help="The database to write (resumed if it exists), e.g. aot/tuning_db/sm_90.jsonl.")
+              help="A tuning archive with the full variant space (attnpack build --all); "
+                   "required unless --list.")
+@click.option("-o", "--out", "out_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="The database to write (resumed if it exists), e.g. "
+                   "aot/tuning_db/sm_90.jsonl; required unless --list.")
 @click.option("--op", "ops", multiple=True, type=click.Choice(["fwd", "bwd"]))
 @click.option("--dtype", "dtypes", multiple=True, type=click.Choice(["fp16", "bf16"]))
 @click.option("--head-dim", "head_dims", multiple=True, type=int)
@@ -190,10 +192,18 @@ def _parse_shape(text: str) -> tuple[int, ...]:
 @click.option("--shapes", "shapes", multiple=True,
               help="Sq,Sk pairs to tune (repeat); default: Sq=Sk over every bucket plus a few Sq!=Sk.")
 @click.option("--keys", "keys_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="JSON list of keys {op, dtype, head_dim, causal, gqa, sq, sk}.")
+              help="JSON list of keys {op, dtype, head_dim, causal, gqa, sq, sk}, each with "
+                   "an optional streams class.")
+@click.option("--rows", "row_files", multiple=True,
+              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Shape file in bench/shapes.json's format (repeat): tune the keys its rows "
+                   "are served by, each in its row's streams class.")
 @click.option("--minutes", type=float, default=None,
               help="Start no new key after this many minutes (re-run to go on).")
-def tune(arch, archive_path, out_path, ops, dtypes, head_dims, gqas, shapes, keys_file, minutes):
+@click.option("--list", "list_only", is_flag=True,
+              help="Print the keys and the shapes each is timed at, then stop (no GPU).")
+def tune(arch, archive_path, out_path, ops, dtypes, head_dims, gqas, shapes, keys_file, row_files,
+         minutes, list_only):
     """Measure every candidate per key on this GPU and write the winners (needs a GPU).
 
     Wrong candidates (NaN, or error > 3x the best) are rejected and recorded. Resumable.
@@ -203,11 +213,21 @@ def tune(arch, archive_path, out_path, ops, dtypes, head_dims, gqas, shapes, key
       attnpack build --arch sm_90 --all -o tuning/
       attnpack tune --arch sm_90 --archive tuning/attnpack-0.1.0-sm_90.apk \\
                     -o aot/tuning_db/sm_90.jsonl --op fwd --dtype bf16 --head-dim 128
+      attnpack tune --arch sm_90 --rows my_model_shapes.json --list
     """
     from attnpack.tune.runner import keys_from_fields, standard_keys, tune as run_tune
-    if keys_file:
-        keys = [key for fields in json.loads(keys_file.read_text())
-                for key in keys_from_fields(fields)]
+    if keys_file or row_files:
+        keys = []
+        if keys_file:
+            keys += [key for fields in json.loads(keys_file.read_text())
+                     for key in keys_from_fields(fields)]
+        if row_files:
+            from attnpack.bench.shapes import ShapeFileError, load_shape_file, row_keys
+            try:
+                keys += row_keys([s for f in row_files for s in load_shape_file(f)])
+            except ShapeFileError as e:
+                raise click.ClickException(str(e))
+        keys = list(dict.fromkeys(keys))
     else:
         options = {name: tuple(v) for name, v in (("ops", ops), ("dtypes", dtypes),
                                                   ("head_dims", head_dims), ("gqas", gqas)) if v}
@@ -217,6 +237,19 @@ def tune(arch, archive_path, out_path, ops, dtypes, head_dims, gqas, shapes, key
             except ValueError:
                 raise click.BadParameter(f"{shapes}: expected Sq,Sk pairs such as 4096,4096")
         keys = standard_keys(**options)
+    if list_only:
+        from attnpack.tune.runner import timing_shapes
+        for key in keys:
+            try:
+                timed = ", ".join(f"B={b} Hq={hq} Hkv={hkv} Sq={sq} Sk={sk}"
+                                  for b, hq, hkv, sq, sk, _ in timing_shapes(key))
+            except ValueError as e:
+                timed = f"refused: {e}"
+            click.echo(f"{key.text}  timed at {timed}")
+        click.echo(f"{len(keys)} keys")
+        return
+    if archive_path is None or out_path is None:
+        raise click.UsageError("--archive and -o/--out are required (unless --list)")
     from attnpack.archive import ArchiveError, read_archive
     try:
         archive_arch = read_archive(archive_path).arch

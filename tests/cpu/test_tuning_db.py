@@ -633,3 +633,24 @@ def test_row_keys_name_each_bench_row_key_in_the_rows_class_and_all_are_tunable(
         assert b * hkv == key.streams, key
     # the public row below 1.0x forward + backward: B16 x 16 heads at S1024, 256 pairs
     assert ("bwd", "bf16", 128, False, 1, 1024, 1024, 256) in other
+
+
+def test_tune_rows_lists_each_rows_key_in_its_class_without_a_gpu(tmp_path):
+    """`attnpack tune --rows FILE --list` prints the keys a shape file's rows are served by,
+    each in its row's class and with the shapes it would be timed at, and stops; without
+    --list the archive and the output are required, by name."""
+    bench = Path(__file__).resolve().parents[2] / "bench" / "shapes.json"
+    result = CliRunner().invoke(main, ["tune", "--arch", "sm_90", "--rows", str(bench), "--list"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[-1] == "44 keys"   # 22 rows, each a forward and a backward key
+    assert "bwd bf16 d128 full gqa1 sq1024 sk1024 streams256  timed at B=32 Hq=8 Hkv=8 " \
+        "Sq=1024 Sk=1024" in lines
+    assert "fwd bf16 d128 full gqa1 sq512 sk512 streams512  timed at B=187 Hq=8 Hkv=8 Sq=512 " \
+        "Sk=512, B=64 Hq=8 Hkv=8 Sq=512 Sk=512" in lines
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"shapes": [{"batch": 1}]}')
+    result = CliRunner().invoke(main, ["tune", "--arch", "sm_90", "--rows", str(bad), "--list"])
+    assert result.exit_code == 1 and "bad.json" in result.output
+    result = CliRunner().invoke(main, ["tune", "--arch", "sm_90", "--rows", str(bench)])
+    assert result.exit_code == 2 and "--archive and -o/--out are required" in result.output
