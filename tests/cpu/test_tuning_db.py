@@ -654,3 +654,13 @@ def test_tune_rows_lists_each_rows_key_in_its_class_without_a_gpu(tmp_path):
     assert result.exit_code == 1 and "bad.json" in result.output
     result = CliRunner().invoke(main, ["tune", "--arch", "sm_90", "--rows", str(bench)])
     assert result.exit_code == 2 and "--archive and -o/--out are required" in result.output
+    # a row whose class cannot be timed at its bound (B64 x 8 KV heads of 64 query heads at
+    # S16384, head dim 256, is more than 8 GiB) gets its key in its default class
+    huge = tmp_path / "huge.json"
+    huge.write_text(json.dumps({"shapes": [{
+        "batch": 64, "heads_q": 64, "heads_kv": 8, "seqlen_q": 16384, "seqlen_k": 16384,
+        "head_dim": 256, "causal": True, "dtype": "bf16", "ops": ["fwd"]}]}))
+    result = CliRunner().invoke(main, ["tune", "--arch", "sm_90", "--rows", str(huge), "--list"])
+    assert result.exit_code == 0, result.output
+    assert result.output.startswith("fwd bf16 d256 causal gqa8 sq16384 sk16384 streams64  "
+                                    "timed at B=1 ")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from attnpack.keys import TuneKey
 from attnpack.tune.db import problem_key
-from attnpack.tune.runner import flops, natural_key
+from attnpack.tune.runner import flops, natural_key, timing_shape
 
 REQUIRED = ("batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k", "head_dim", "causal", "dtype")
 DTYPES = ("bf16", "fp16")
@@ -162,14 +162,21 @@ def row_keys(shapes, other_class_only: bool = False) -> list[TuneKey]:
     a row with `ops` those ops' keys. With `other_class_only`, only the prefill keys whose
     row's class is not the one the key is tuned in by default (runner.natural_key): those
     rows are served by a nearer class's entry until the key is tuned in theirs
-    (`attnpack tune --keys` with these, runner.class_bound_batch)."""
+    (`attnpack tune --keys` with these, runner.class_bound_batch). A row whose class cannot be
+    timed (the grid or memory caps keep the class's bound batch out of it: long sequences at
+    head dim 256) gets its key in the class it is tuned in by default."""
     keys = []
     for shape in shapes:
         for op in shape.wanted_ops(("fwd", "bwd")):
             key = problem_key(op, shape.dtype, shape.head_dim, shape.causal, shape.batch,
                               shape.heads_q, shape.heads_kv, shape.seqlen_q, shape.seqlen_k)
-            if other_class_only and (key.sq <= 16 or key.streams == natural_key(
-                    *key[:-1]).streams):
+            natural = natural_key(*key[:-1])
+            if key.sq > 16 and key.streams != natural.streams:
+                try:
+                    timing_shape(key)
+                except ValueError:
+                    key = natural
+            if other_class_only and (key.sq <= 16 or key.streams == natural.streams):
                 continue
             if key not in keys:
                 keys.append(key)
