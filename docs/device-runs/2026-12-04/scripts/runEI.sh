@@ -16,9 +16,6 @@
 #   usage (device, repo root): ATTNPACK_COMMIT=<sha> OUT=$OUT bash .carry/runEI.sh > $OUT/run.log 2>&1
 cd "$(dirname "$0")/.."
 export ATTNPACK_COMMIT=${ATTNPACK_COMMIT:-unknown} OUT PYTHONUNBUFFERED=1
-bash build_tools/tune_keys.sh rows_class .carry/keys_rows_other_class.json 360 380
-PYTHONPATH=/tmp/attnpack-site:$PWD/python python3 -m attnpack.cli db merge --min-gain 1.01 \
-  aot/tuning_db/sm_90.jsonl "$OUT/rows_class.jsonl" -o aot/tuning_db/sm_90.jsonl \
-  && cp aot/tuning_db/sm_90.jsonl "$OUT/sm_90_merged.txt"
-echo "merge rc $? at $SECONDS s"
+bash build_tools/tune_merge.sh rows_class .carry/keys_rows_other_class.json 360 380
+echo "tune and merge at $SECONDS s"
 DEADLINE_S=$((585 - SECONDS)) bash build_tools/bench_tree.sh

@@ -8,9 +8,6 @@
 cd "$(dirname "$0")/.."
 export ATTNPACK_COMMIT=${ATTNPACK_COMMIT:-unknown} OUT PYTHONUNBUFFERED=1
 bash build_tools/apply_kept.sh noblock=docs/device-runs/2026-12-04/scripts/fwd_causal_noblock.patch
-bash build_tools/tune_keys.sh rows_fwd_causal .carry/keys_rows_fwd_causal.json 280 300
-PYTHONPATH=/tmp/attnpack-site:$PWD/python python3 -m attnpack.cli db merge --min-gain 1.01 \
-  aot/tuning_db/sm_90.jsonl "$OUT/rows_fwd_causal.jsonl" -o aot/tuning_db/sm_90.jsonl \
-  && cp aot/tuning_db/sm_90.jsonl "$OUT/sm_90_merged.txt"
-echo "merge rc $? at $SECONDS s"
+bash build_tools/tune_merge.sh rows_fwd_causal .carry/keys_rows_fwd_causal.json 280 300
+echo "tune and merge at $SECONDS s"
 DEADLINE_S=$((585 - SECONDS)) bash build_tools/bench_tree.sh
