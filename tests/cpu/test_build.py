@@ -1,5 +1,8 @@
-"""The builder on a toy family: archives, verify, determinism, cache, and failures by name."""
+"""The builder on a toy family: archives, verify, determinism, cache, and failures by name; the
+CMake rule's digest of the archives' inputs."""
+import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -165,3 +168,29 @@ def test_a_family_that_serves_some_buckets_is_seeded_there_and_never_the_catch_a
     assert len(seeded.entries) == len(keys)
     for key, entry in seeded.entries.items():
         assert entry["family"] == ("toy2" if key.sq >= 1024 else "toy"), key.text
+
+
+def _digest(source, stamp):
+    script = Path(__file__).resolve().parents[2] / "cmake" / "inputs_digest.cmake"
+    subprocess.run(["cmake", f"-DSOURCE_DIR={source}", f"-DSTAMP={stamp}", "-P", str(script)],
+                   check=True, capture_output=True)
+    return stamp.read_text(), stamp.stat().st_mtime_ns
+
+
+@pytest.mark.skipif(shutil.which("cmake") is None, reason="needs cmake")
+def test_the_archives_stamp_follows_content_not_file_times(tmp_path):
+    """cmake/inputs_digest.cmake, which the CMake bundle rule depends on: the stamp is left
+    alone (same time) while the inputs' content is the same, and rewritten when a database's
+    content changes even though its file time went back (a copy that restores an older file)."""
+    db = tmp_path / "aot" / "tuning_db" / "sm_90.jsonl"
+    db.parent.mkdir(parents=True)
+    db.write_text('{"arch": "sm_90"}\n')
+    stamp = tmp_path / "stamp"
+    first, t1 = _digest(tmp_path, stamp)
+    os.utime(db, ns=(0, 0))  # only the time moves
+    again, t2 = _digest(tmp_path, stamp)
+    assert (again, t2) == (first, t1)
+    db.write_text('{"arch": "sm_90", "provenance": {}}\n')
+    os.utime(db, ns=(0, 0))  # new content, an old time
+    changed, _ = _digest(tmp_path, stamp)
+    assert changed != first and len(changed) == 64
