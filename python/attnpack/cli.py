@@ -571,11 +571,15 @@ def db_seed(arch, out_path):
 @click.option("--min-gain", type=click.FloatRange(min=1.0), default=1.0, show_default=True,
               help="A later entry replaces an earlier one only if its kernel beat the earlier "
                    "entry's kernel, timed in the same run, by this factor (1.01: 1 %).")
-def db_merge(files, out_path, min_gain):
+@click.option("--mixed-gpus", is_flag=True,
+              help="Merge entries timed on different GPU models of the arch (refused without "
+                   "it); each kept entry then records its GPU.")
+def db_merge(files, out_path, min_gain, mixed_gpus):
     """Merge databases of one arch, later FILES winning per key (a partial re-tune over the
     shipped database), except over an entry `held` by hand (its reason shows in `db show`).
     Entries without `deterministic` get it, and their fastest deterministic candidate, from the
-    families' declarations.
+    families' declarations. Entries timed on different GPUs (an H100's re-tune over an H200's
+    database) are refused unless --mixed-gpus.
 
     \b
     Example:
@@ -585,7 +589,7 @@ def db_merge(files, out_path, min_gain):
     from attnpack.family import declared_variants, load_families
     from attnpack.tune.db import DbError, merge_dbs, record_determinism, save_db
     try:
-        merged, held = merge_dbs([_load_db(f) for f in files], min_gain)
+        merged, held = merge_dbs([_load_db(f) for f in files], min_gain, mixed_gpus)
     except DbError as e:
         raise click.ClickException(str(e))
     declared = declared_variants(merged.arch, load_families())

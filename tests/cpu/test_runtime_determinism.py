@@ -138,14 +138,14 @@ def test_record_determinism_names_the_fastest_deterministic_candidate():
 
 
 def test_merge_later_wins_and_show_marks_nondeterministic_winners(tmp_path):
-    old = TuningDb("sm_90", {"status": "tuned", "gpu": "old"})
+    old = TuningDb("sm_90", {"status": "tuned", "gpu": "G", "date": "old"})
     old.put(entry(DET, {DET: 110.0}))
     old.put(entry(DET, {DET: 50.0}, sq=256, sk=256))
-    new = TuningDb("sm_90", {"status": "tuned", "gpu": "new"})
+    new = TuningDb("sm_90", {"status": "tuned", "gpu": "G", "date": "new"})
     new.put({**entry(FAST, {FAST: 90.0, DET: 110.0}), "deterministic": False,
              "deterministic_kernel": DET})
     merged, _ = merge_dbs([old, new])
-    assert merged.provenance == {"status": "tuned", "gpu": "new"}
+    assert merged.provenance == {"status": "tuned", "gpu": "G", "date": "new"}
     assert [e["kernel"] for _, e in sorted(merged.entries.items())] == [FAST, DET]
     assert merge_dbs([old, TuningDb("sm_90", {"status": "untuned"}, {
         k: {**e} for k, e in new.entries.items()})])[0].provenance["status"] == "partly tuned"
@@ -157,6 +157,46 @@ def test_merge_later_wins_and_show_marks_nondeterministic_winners(tmp_path):
                          "torch.use_deterministic_algorithms(True) their deterministic kernel serves\n")
     # the archive carries the alternate
     assert merged.compiled()["entries"][0]["deterministic_kernel"] == DET
+
+
+def test_merge_refuses_entries_of_another_gpu_unless_asked(tmp_path):
+    """run142 re-tuned 24 keys on an H100 over the H200's database: the merge took the H100's
+    name for the whole header. Now entries of different GPUs are refused by name; with
+    --mixed-gpus each kept entry records its GPU, the header counts them, and `db show` marks
+    them. An entry's own `gpu` (the tuner writes it) outranks its header's."""
+    h200, h100 = "NVIDIA H200", "NVIDIA H100 80GB HBM3"
+    old = TuningDb("sm_90", {"status": "tuned", "gpu": h200}, path=tmp_path / "sm_90.jsonl")
+    old.put(entry(DET, {DET: 110.0}))
+    old.put(entry(DET, {DET: 50.0}, sq=256, sk=256))
+    new = TuningDb("sm_90", {"status": "tuned", "gpu": h100}, path=tmp_path / "h100.jsonl")
+    new.put({**entry(FAST, {FAST: 90.0, DET: 110.0}), "gpu": h100})
+    with pytest.raises(ValueError, match=f"sm_90.jsonl: {h200}; .*h100.jsonl: {h100}.*--mixed-gpus"):
+        merge_dbs([old, new])
+    merged, _ = merge_dbs([old, new], mixed_gpus=True)
+    assert merged.provenance["gpu"] == f"mixed: {h100} (1), {h200} (1)"
+    assert sorted(e["gpu"] for e in merged.entries.values()) == [h100, h200]
+    assert f"timed on {h100}\n" in render_show(merged)
+    # the same GPU by the entries' own names merges, whatever the header says; seeds of an
+    # untuned database name no GPU
+    same = TuningDb("sm_90", {"status": "tuned", "gpu": h100})
+    same.put({**entry(FAST, {FAST: 90.0}), "gpu": h200})
+    assert merge_dbs([old, same])[0].provenance["gpu"] == h200
+    seeds = TuningDb("sm_90", {"status": "untuned", "gpu": "none (not measured)"})
+    seeds.put(entry(DET, {DET: 1.0}, sq=512, sk=512))
+    assert merge_dbs([seeds, new])[0].provenance["gpu"] == h100
+    # the CLI names the flag (entries that say whether they are deterministic: the synthetic
+    # kernels have no family to ask)
+    for db in (old, new):
+        db.entries = {k: {**e, "deterministic": True} for k, e in db.entries.items()}
+        save_db(db, db.path)
+    args = ["db", "merge", str(tmp_path / "sm_90.jsonl"), str(tmp_path / "h100.jsonl"),
+            "-o", str(tmp_path / "out.jsonl")]
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 1 and "--mixed-gpus" in result.output
+    assert not (tmp_path / "out.jsonl").exists()
+    result = CliRunner().invoke(main, args + ["--mixed-gpus"])
+    assert result.exit_code == 0, result.output
+    assert load_db(tmp_path / "out.jsonl").provenance["gpu"].startswith("mixed: ")
 
 
 def test_merge_min_gain_keeps_a_kernel_the_new_winner_only_tied():

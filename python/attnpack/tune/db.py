@@ -22,7 +22,9 @@ family declares it deterministic; when it does not, `deterministic_kernel` names
 deterministic candidate (what serves under torch.use_deterministic_algorithms(True)), if one
 survived. `held`, where present, is a reason written by hand for keeping the entry's kernel
 against re-tunes (a contract the tuner's timing does not see, such as exact results at extreme
-values): `db merge` keeps such an entry's kernel whatever a later database measured.
+values): `db merge` keeps such an entry's kernel whatever a later database measured. `gpu`,
+where present, names the GPU the entry was timed on (the header's `gpu` where absent);
+`db merge` refuses to mix GPUs unless asked (merge_dbs).
 """
 from __future__ import annotations
 
@@ -109,10 +111,25 @@ def record_determinism(entry: dict, is_deterministic: Callable[[str], bool]) -> 
     return entry
 
 
-def merge_dbs(dbs: list[TuningDb], min_gain: float = 1.0) -> tuple[TuningDb, list[Key]]:
+def entry_gpu(entry: dict, db: TuningDb) -> str | None:
+    """The GPU an entry was timed on: its own `gpu` (the tuner writes it since the thirty-fourth
+    session), else its database's header's; None for an untuned database's seeds."""
+    if entry.get("gpu"):
+        return entry["gpu"]
+    if db.provenance.get("status") == "untuned":
+        return None
+    return db.provenance.get("gpu")
+
+
+def merge_dbs(dbs: list[TuningDb], min_gain: float = 1.0,
+              mixed_gpus: bool = False) -> tuple[TuningDb, list[Key]]:
     """One database from several of one arch: a later database's entry replaces an earlier
     one's for the same key. The provenance is the last database's; its `status` stays `tuned`
     only if every kept entry came from a tuned database, else it reads `partly tuned`.
+
+    Entries timed on different GPUs of the arch (an H100 and an H200 are both sm_90, and do not
+    always rank the kernels alike) are refused unless `mixed_gpus`; then every kept entry
+    records its GPU (`gpu`), and the header's `gpu` counts them ("mixed: A (n), B (m)").
 
     With `min_gain` > 1 a later entry replaces an earlier one only if its kernel beat the
     earlier entry's kernel, timed among its own candidates in the same run, by that factor: a
@@ -126,10 +143,23 @@ def merge_dbs(dbs: list[TuningDb], min_gain: float = 1.0) -> tuple[TuningDb, lis
     arch = dbs[0].arch
     merged = TuningDb(arch, dict(dbs[-1].provenance))
     held = []
+    gpus: dict[str, str] = {}  # GPU -> the first database timed on it
     for db in dbs:
         if db.arch != arch:
             raise DbError(f"{db.path}: arch {db.arch}, the first database's is {arch}")
+        for entry in db.entries.values():
+            gpu = entry_gpu(entry, db)
+            if gpu is not None:
+                gpus.setdefault(gpu, str(db.path or "a database"))
+    if len(gpus) > 1 and not mixed_gpus:
+        named = "; ".join(f"{where}: {gpu}" for gpu, where in gpus.items())
+        raise DbError(f"entries timed on different GPUs ({named}); merge databases tuned on "
+                      "one GPU model, or pass --mixed-gpus to keep both (each entry then "
+                      "records its GPU)")
+    for db in dbs:
         for key, entry in db.entries.items():
+            if len(gpus) > 1 and entry_gpu(entry, db) and not entry.get("gpu"):
+                entry = {**entry, "gpu": entry_gpu(entry, db)}
             old = merged.entries.get(key)
             if old is not None and not entry.get("held"):  # (a held entry replaces any)
                 if old.get("held") and entry["kernel"] == old["kernel"]:
@@ -141,6 +171,15 @@ def merge_dbs(dbs: list[TuningDb], min_gain: float = 1.0) -> tuple[TuningDb, lis
     statuses = {db.provenance.get("status") for db in dbs
                 if any(merged.entries[k] is e for k, e in db.entries.items())}
     merged.provenance["status"] = "tuned" if statuses == {"tuned"} else "partly tuned"
+    counts: dict[str, int] = {}
+    for entry in merged.entries.values():
+        if entry.get("gpu"):
+            counts[entry["gpu"]] = counts.get(entry["gpu"], 0) + 1
+    if len(counts) > 1:
+        merged.provenance["gpu"] = "mixed: " + ", ".join(
+            f"{gpu} ({n})" for gpu, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+    elif counts:
+        merged.provenance["gpu"] = next(iter(counts))
     return merged, held
 
 
@@ -290,6 +329,8 @@ def render_show(db: TuningDb) -> str:
             out.append(f"{'':>87}" + _second_shape_line(e))
         if e.get("held"):
             out.append(f"{'':>87}held by hand: {e['held']}")
+        if p.get("gpu", "").startswith("mixed: ") and e.get("gpu"):
+            out.append(f"{'':>87}timed on {e['gpu']}")
     nondet = sum(1 for e in db.entries.values() if e.get("deterministic") is False)
     out.append(f"{nondet} of {len(db.entries)} winners are not deterministic (det NO); under "
                "torch.use_deterministic_algorithms(True) their deterministic kernel serves")

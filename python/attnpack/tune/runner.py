@@ -463,7 +463,7 @@ def tune(archive_path: Path, keys: Iterable[TuneKey], out_path: Path,
             entry = tune_key(torch, runtime, bundle, bench, archive.index, key, log)
             log(f"  ({time.monotonic() - start:.1f} s)")
             if entry is not None:
-                db.put(entry)
+                db.put({**entry, "gpu": db.provenance["gpu"]})
                 save_db(db, out_path)
     return db
 
