@@ -5,8 +5,11 @@
 
 1. Per-call host overhead at a tiny shape (B=1 H=8 S=64 D=64 bf16): the GPU work is a few
    microseconds, so back-to-back calls are bound by the host, and the wall time of N calls
-   (one synchronize at the end) over N is the host time per call. Median of repeats. Compared
-   with PyTorch's flash path (attnpack disabled, flash forced); target: attnpack <= +5 us.
+   (one synchronize at the end) over N is the host time per call. Compared with PyTorch's flash
+   path (attnpack disabled, flash forced); target: attnpack <= +5 us. The two sides take turns
+   sample by sample (attnpack.bench.timing.host_us_turns): each side's median, and the median of
+   the paired differences with its quartiles, which is the number to read (the host's speed
+   drifts within a process and between processes by more than the difference sought).
 2. The first call at a never-seen sequence length, once the kernel is loaded: attnpack against
    cuDNN (which builds an execution graph per new shape, ~60 ms) and flash. Target < 1 ms.
 3. Cold start, in a fresh process: the very first call, including opening the archive and
@@ -30,7 +33,7 @@ import attnpack.torch as attnpack_torch
 from attnpack.bench import dynamic
 from attnpack.bench.report import percentile
 from attnpack.bench.shapes import Shape
-from attnpack.bench.timing import host_us_per_call
+from attnpack.bench.timing import host_us_turns
 
 DEV = "cuda"
 
@@ -58,17 +61,26 @@ def overhead(args) -> list[dict]:
     def train():
         F.scaled_dot_product_attention(qg, qg, qg, is_causal=True).sum().backward()
 
+    def side(on: bool):
+        @contextlib.contextmanager
+        def context():
+            with attnpack(on), sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                yield
+        return context
+
     rows = []
     for label, fn, calls in (("F.sdpa forward", sdpa, args.calls), ("flash op forward", op, args.calls),
                              ("F.sdpa forward+backward", train, args.calls // 4)):
-        with attnpack(False), sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-            native = host_us_per_call(fn, calls, args.repeats)
-        with attnpack(True), sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-            attnpack_torch.reset_stats()
-            mine = host_us_per_call(fn, calls, args.repeats)
-            kernels, fallbacks = served_kernels(), attnpack_torch.stats()["fallbacks"]
-        rows.append({"what": label, "pytorch_flash_us": native, "attnpack_us": mine,
-                     "delta_us": mine - native, "kernels": kernels, "fallbacks": fallbacks})
+        attnpack_torch.reset_stats()
+        samples = host_us_turns({"pytorch_flash": (side(False), fn), "attnpack": (side(True), fn)},
+                                calls, args.repeats)
+        kernels, fallbacks = served_kernels(), attnpack_torch.stats()["fallbacks"]
+        deltas = [a - b for a, b in zip(samples["attnpack"], samples["pytorch_flash"])]
+        rows.append({"what": label, "pytorch_flash_us": percentile(samples["pytorch_flash"], 50),
+                     "attnpack_us": percentile(samples["attnpack"], 50),
+                     "delta_us": percentile(deltas, 50), "delta_q1_us": percentile(deltas, 25),
+                     "delta_q3_us": percentile(deltas, 75), "samples": samples,
+                     "kernels": kernels, "fallbacks": fallbacks})
     return rows
 
 
@@ -111,13 +123,17 @@ def main():
         return
 
     print(f"{result['device']}, torch {result['torch']}, bundle {info.get('bundle', {}).get('path', info)}")
-    print("\nhost time per call, B=1 H=8 S=64 D=64 bf16 causal (median of "
-          f"{args.repeats} x {args.calls} calls; flash forced in both columns)")
-    print(f"{'call':<26}{'pytorch flash us':>18}{'attnpack us':>14}{'delta us':>10}  served by")
+    print("\nhost time per call, B=1 H=8 S=64 D=64 bf16 causal (medians of "
+          f"{args.repeats} samples a side, taken in turns, of {args.calls} calls, a quarter of "
+          "that for forward+backward; flash forced in both columns; delta: the median of the "
+          "paired differences, and its quartiles)")
+    print(f"{'call':<26}{'pytorch flash us':>18}{'attnpack us':>14}{'delta us':>10}"
+          f"{'quartiles':>18}  served by")
     for r in result["overhead"]:
         note = r["kernels"] + (f"  fallbacks {r['fallbacks']}" if r["fallbacks"] else "")
+        quartiles = f"{r['delta_q1_us']:+.1f} .. {r['delta_q3_us']:+.1f}"
         print(f"{r['what']:<26}{r['pytorch_flash_us']:>18.1f}{r['attnpack_us']:>14.1f}"
-              f"{r['delta_us']:>+10.1f}  {note}")
+              f"{r['delta_us']:>+10.1f}{quartiles:>18}  {note}")
     print(f"\nfirst call at a never-seen sequence length, B=1 H=16 D=128 bf16 causal "
           f"({args.lengths} lengths each, kernel already loaded)")
     print(f"{'backend':<16}{'first median ms':>17}{'first max ms':>14}{'second ms':>11}  served by")

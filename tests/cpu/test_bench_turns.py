@@ -261,3 +261,38 @@ def test_time_op_times_one_backend_alone(monkeypatch):
         {"error": "failed while timing: CUDA out of memory."}
     monkeypatch.setattr(measure, "first_call", lambda op, shape, tensors: (None, {"error": "no"}))
     assert measure.time_op("flash", "fwd", SHAPE, None, Timer()) == {"error": "no"}
+
+
+def test_host_time_sides_take_turns_inside_their_own_context():
+    """timing.host_us_turns (bench/torch_overhead.py's): 50 warm-up calls a side, then one
+    sample a side a turn, the first side first in even turns and last in odd ones; every call
+    runs inside its own side's context; the samples are microseconds a call (a side that
+    sleeps 2 ms a call reads about 2000 more); the garbage collector is back on after."""
+    import gc
+    import time as clock
+
+    from attnpack.bench.timing import host_us_turns
+    log, inside = [], []
+
+    def side(name):
+        @contextlib.contextmanager
+        def context():
+            inside.append(name)
+            yield
+            inside.pop()
+
+        def call():
+            assert inside == [name]
+            log.append(name)
+            if name == "slow":
+                clock.sleep(0.002)
+        return context, call
+
+    samples = host_us_turns({"fast": side("fast"), "slow": side("slow")}, calls=3, repeats=4,
+                            sync=lambda: None)
+    assert log[:100] == ["fast"] * 50 + ["slow"] * 50
+    turns = [log[i] for i in range(100, len(log), 3)]
+    assert turns == ["fast", "slow", "slow", "fast"] * 2 and len(log) == 100 + 4 * 2 * 3
+    assert [len(v) for v in samples.values()] == [4, 4]
+    assert all(s - f > 1500 for f, s in zip(samples["fast"], samples["slow"]))
+    assert gc.isenabled()

@@ -11,6 +11,7 @@ of them meets the same clocks: the clock a call gets follows what the GPU ran be
 """
 from __future__ import annotations
 
+import gc
 import statistics
 import time
 from dataclasses import dataclass
@@ -199,17 +200,37 @@ def wall_ms(fn: Callable[[], object]) -> float:
     return (time.perf_counter() - start) * 1e3
 
 
-def host_us_per_call(fn: Callable[[], object], calls: int, repeats: int) -> float:
-    """Host time per call of a call bound by the host: N back-to-back calls, one synchronize,
-    wall time over N; median of `repeats`."""
-    for _ in range(50):
-        fn()
-    torch.cuda.synchronize()
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-        samples.append((time.perf_counter() - start) / calls * 1e6)
-    return statistics.median(samples)
+def host_us_turns(sides: dict[str, tuple[Callable[[], object], Callable[[], object]]],
+                  calls: int, repeats: int,
+                  sync: Callable[[], object] = torch.cuda.synchronize) -> dict[str, list[float]]:
+    """Host time per call of calls bound by the host, for each side (name -> (a context manager
+    factory the side's calls run in, the call)): `calls` back-to-back calls, one `sync`, wall
+    time over `calls`, as one sample; `repeats` samples a side, the sides taking turns sample
+    by sample (the first side first in even turns, last in odd ones) with the garbage collector
+    off, so a drift of the host's speed over the run (run147: one side's median moved 60-130 us
+    a call between processes, at 200-330 us) falls on both sides alike. Returns each side's
+    samples in turn order: sample i of two sides is a pair."""
+    for context, fn in sides.values():
+        with context():
+            for _ in range(50):
+                fn()
+            sync()
+    samples: dict[str, list[float]] = {name: [] for name in sides}
+    names = list(sides)
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        for turn in range(repeats):
+            for name in names if turn % 2 == 0 else names[::-1]:
+                context, fn = sides[name]
+                with context():
+                    sync()
+                    start = time.perf_counter()
+                    for _ in range(calls):
+                        fn()
+                    sync()
+                    samples[name].append((time.perf_counter() - start) / calls * 1e6)
+    finally:
+        if collecting:
+            gc.enable()
+    return samples
