@@ -72,7 +72,7 @@ class BundleInfo(ctypes.Structure):
                 ("format_minor", ctypes.c_uint16), ("num_kernels", ctypes.c_uint32),
                 ("num_images", ctypes.c_uint32), ("path", ctypes.c_char_p), ("arch", ctypes.c_char_p),
                 ("bundle_version", ctypes.c_char_p), ("compilers", ctypes.c_char_p),
-                ("driver", ctypes.c_char_p)]
+                ("driver", ctypes.c_char_p), ("tuned_on", ctypes.c_char_p)]
 
 
 class Tensor(ctypes.Structure):
@@ -280,7 +280,8 @@ class Bundle:
                 "bundle_version": info.bundle_version.decode(),
                 "format": (info.format_major, info.format_minor),
                 "compilers": info.compilers.decode(), "driver": info.driver.decode(),
-                "kernels": info.num_kernels, "images": info.num_images}
+                "kernels": info.num_kernels, "images": info.num_images,
+                "tuned_on": info.tuned_on.decode()}
 
     def select(self, problem: Problem) -> Kernel:
         """The kernel that serves `problem`; raises Unsupported with the reason otherwise."""

@@ -143,7 +143,7 @@ void attnpack_close(attnpack_bundle* bundle) {
 attnpack_status attnpack_bundle_info_get(const attnpack_bundle* handle, attnpack_bundle_info* info) {
   return guarded([&] {
     if (!handle) fail(ATTNPACK_STATUS_INVALID_ARGUMENT, "bundle is NULL");
-    require_struct(info, "attnpack_bundle_info");
+    require_struct(info, "attnpack_bundle_info", offsetof(attnpack_bundle_info, tuned_on));
     const Bundle& bundle = handle->bundle;
     const Archive& archive = bundle.archive();
     info->format_major = archive.format_major();
@@ -155,6 +155,13 @@ attnpack_status attnpack_bundle_info_get(const attnpack_bundle* handle, attnpack
     info->bundle_version = archive.bundle_version().c_str();
     info->compilers = bundle.compilers_text().c_str();
     info->driver = bundle.driver_name();
+    if (info->struct_size >= sizeof(attnpack_bundle_info)) {  // version 2
+      const auto& provenance = archive.tuning().provenance;
+      auto gpu = provenance.find("gpu");
+      bool measured = gpu != provenance.end() && provenance.count("status") &&
+                      provenance.at("status") != "untuned";
+      info->tuned_on = measured ? gpu->second.c_str() : "";
+    }
   });
 }
 

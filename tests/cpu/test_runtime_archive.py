@@ -48,9 +48,30 @@ def test_open_reports_what_the_archive_holds(toy_archives):
         assert bundle.info() == {
             "path": str(toy_archives["sm_90"]), "arch": "sm_90", "bundle_version": "0.1.0",
             "format": (2, 6), "compilers": "triton=3.6.0", "driver": "cuda", "kernels": 6,
-            "images": 3}
+            "images": 3, "tuned_on": ""}
     with rt.Bundle(toy_archives["gfx950"], arch="gfx950") as bundle:
         assert bundle.info()["driver"] == "hip" and bundle.info()["kernels"] == 4
+
+
+def test_info_names_the_gpu_the_tuning_database_was_measured_on(tmp_path):
+    """attnpack_bundle_info's version-2 field: the tuning header's `gpu` where the database was
+    measured, "" where it is untuned; a caller with the version-1 struct still gets the rest,
+    and the field is left alone; a shorter struct is refused by name."""
+    import ctypes
+    for status, gpu, shown in (("tuned", "NVIDIA H200", "NVIDIA H200"),
+                               ("untuned", "none (not measured)", "")):
+        path = write_synthetic(tmp_path / f"{status}.apk", attention_kernels(("bf16",), (64,)),
+                               tuning={"buckets": {}, "entries": [],
+                                       "provenance": {"gpu": gpu, "status": status}})
+        with open_sm90(path) as bundle:
+            assert bundle.info()["tuned_on"] == shown
+            version1 = rt.BundleInfo(struct_size=rt.BundleInfo.tuned_on.offset)
+            rt.check(bundle._lib.attnpack_bundle_info_get(bundle.handle, ctypes.byref(version1)))
+            assert version1.tuned_on is None and version1.arch == b"sm_90"
+            short = rt.BundleInfo(struct_size=rt.BundleInfo.tuned_on.offset - 1)
+            message = expect_error(rt.Status.INVALID_ARGUMENT, lambda: rt.check(
+                bundle._lib.attnpack_bundle_info_get(bundle.handle, ctypes.byref(short))))
+            assert "attnpack_bundle_info.struct_size" in message
 
 
 def test_every_image_inflates_to_the_readers_bytes(toy_archives, triton_fwd_archive):

@@ -108,6 +108,11 @@ typedef struct attnpack_bundle_info {
   const char* bundle_version;
   const char* compilers;      /* "triton=3.6.0" (comma separated, sorted) */
   const char* driver;         /* "cuda", "hip" or "recording" */
+  /* Version 2, filled when struct_size covers it: the GPU the archive's tuning database was
+   * measured on ("NVIDIA H200"; "mixed: ..." when its entries came from several; "" when the
+   * database is untuned or says nothing). Another GPU of the arch runs the same kernels, but
+   * the tuned choices are that GPU's (docs/tuning.md, "Entries of another GPU"). */
+  const char* tuned_on;
 } attnpack_bundle_info;
 
 ATTNPACK_API attnpack_status attnpack_bundle_info_get(const attnpack_bundle* bundle,

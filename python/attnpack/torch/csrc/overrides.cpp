@@ -425,7 +425,8 @@ std::string bundle_json(attnpack_bundle* bundle) {
   return "{\"path\": " + json_string(info.path) + ", \"arch\": " + json_string(info.arch) +
          ", \"bundle_version\": " + json_string(info.bundle_version) + ", \"compilers\": " +
          json_string(info.compilers) + ", \"driver\": " + json_string(info.driver) +
-         ", \"num_kernels\": " + std::to_string(info.num_kernels) + "}";
+         ", \"num_kernels\": " + std::to_string(info.num_kernels) +
+         ", \"tuned_on\": " + json_string(info.tuned_on) + "}";
 }
 
 }  // namespace
