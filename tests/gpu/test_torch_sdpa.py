@@ -180,6 +180,16 @@ def test_parity_ran_every_kernel_the_bundle_selects_for_the_grid():
     print("calls per family/op over the parity grid:", dict(sorted(families.items())))
 
 
+def test_bundle_info_names_the_gpu_the_database_was_tuned_on():
+    """bundle_info's `tuned_on` is the header of the database the bundle was built from
+    (aot/tuning_db/<arch>.jsonl), "" where that is untuned."""
+    from attnpack.tune.db import load_db
+    bundle = attnpack_torch.bundle_info()["bundle"]
+    db = load_db(REPO / "aot" / "tuning_db" / f"{bundle['arch']}.jsonl")
+    measured = db.provenance.get("status") != "untuned"
+    assert bundle["tuned_on"] == (db.provenance.get("gpu", "") if measured else "")
+
+
 def test_outputs_match_the_ops_contract():
     """Shapes, dtypes, strides and the extra outputs exactly as PyTorch's flash op returns them."""
     q, k, v, _ = make(2, 8, 2, 100, 100, 64, torch.bfloat16, grad=False)
