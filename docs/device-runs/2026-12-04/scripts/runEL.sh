@@ -8,7 +8,7 @@
 # spreads the programs side by side over all of a head group's query rows, so their fp32 dQ adds
 # (group x Sq x D x 4 bytes, 32 MB at GQA 8 S8192) leave the H100's 50 MB L2 (60 MB on the
 # H200). bwd_causal_descend.patch walks causal key blocks' query tiles from the last row down,
-# the group's heads inside each row (docs/gluon-bwd.md, "Causal walk from the last rows"):
+# the group's heads inside each row (docs/gluon-bwd.md, "The H100, and the causal walk from the last rows"):
 # the programs of a head's blocks then read the same Q/dO tile and add into the same dQ rows
 # together. On one GPU (either model; say which): build_tools/patch_ab.sh, test_gluon_bwd.py on
 # the patched tree (smoke over every kernel, bitwise repeatability, every causal case), then the
