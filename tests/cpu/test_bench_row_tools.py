@@ -130,7 +130,13 @@ def test_a_real_ncu_csv_reads_as_one_row_of_two_kernels():
     s = ncu.summarize(row)
     assert s["us"] == pytest.approx(148.352 + 6.752) and s["main_us"] == pytest.approx(148.352)
     assert s["main"] == "attn_fwd_decode_split"
-    assert all(s[col] is not None for col in ncu.PATTERNS), s
+    memory = {"L2 hit %", "DRAM bytes"}  # MemoryWorkloadAnalysis's: not collected there
+    assert all(s[col] is not None for col in ncu.PATTERNS if col not in memory), s
+    assert all(s[col] is None for col in memory)
+    split = {**row[0], "lts__t_sector_hit_rate.pct": "61.5", "dram__bytes_read.sum": "1000",
+             "dram__bytes_write.sum": "24"}
+    with_memory = ncu.summarize([split, row[1]])
+    assert with_memory["L2 hit %"] == 61.5 and with_memory["DRAM bytes"] == 1024
     assert s["registers"] == 124 and s["local bytes"] == 0 and 0 < s["XU pipe %"] < 100
     assert 0 < s["DRAM %"] < 100 and s["warp cycles per issue"] > 1
     assert s["stalls"][0][0] == "short_scoreboard"

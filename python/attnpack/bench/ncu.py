@@ -32,8 +32,12 @@ PATTERNS = {  # table column -> the raw metric it reads (first match; every matc
     "local bytes": r"^l1tex__t_bytes_pipe_lsu_mem_local_op_(ld|st)\.sum$",
     # the MUFU pipe, where exp2 runs: is the softmax bound by its exponentials?
     "XU pipe %": r"^sm__inst_executed_pipe_xu\.avg\.pct_of_peak_sustained_active$",
+    # with the MemoryWorkloadAnalysis section: does the kernel's traffic stay in L2 (the fp32 dQ
+    # adds of the GQA-8 causal backward, docs/gluon-bwd.md), and how much reaches DRAM
+    "L2 hit %": r"^lts__t_sector_hit_rate\.pct$",
+    "DRAM bytes": r"^dram__bytes_(read|write)\.sum$",
 }
-SUMMED = {"local bytes"}  # the columns whose metrics add up: local loads and stores
+SUMMED = {"local bytes", "DRAM bytes"}  # the columns whose metrics add up: loads and stores
 STALL = re.compile(r"^smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio$")
 
 
