@@ -2,8 +2,9 @@
 # On a GPU machine: `attnpack tune` of the keys in KEYS_FILE into $OUT/NAME.jsonl, with this
 # tree's full tuning archive (triton + gluon, built into /tmp/ta-DIGEST by the first call on the
 # machine with these kernel sources, reused by later ones: DIGEST is over aot/kernels and
-# python/attnpack, so a patch applied since builds its own, from the compile cache), resuming from .carry/tuned/NAME.jsonl where an earlier call returned
-# that file (the tuner skips keys already in its output). No key starts after STOP_S seconds and
+# python/attnpack, so a patch applied since builds its own, from the compile cache), resuming
+# from .carry/tuned/NAME.jsonl where an earlier call returned that file (the tuner skips keys
+# already in its output). No key starts after STOP_S seconds and
 # the tuner is stopped at KILL_S (seconds from this script's start: a caller that spent some of
 # its call passes less). The log, warnings left out, goes to $OUT/tune_NAME.txt.
 #   usage: build_tools/tune_keys.sh NAME KEYS_FILE STOP_S [KILL_S]    env: OUT, ATTNPACK_ARCH
