@@ -664,3 +664,29 @@ def test_tune_rows_lists_each_rows_key_in_its_class_without_a_gpu(tmp_path):
     assert result.exit_code == 0, result.output
     assert result.output.startswith("fwd bf16 d256 causal gqa8 sq16384 sk16384 streams64  "
                                     "timed at B=1 ")
+
+
+def test_tune_goes_on_with_a_database_of_its_own_gpu_only(tmp_path):
+    """runner.resumed_db, what `attnpack tune -o FILE` writes into: a new database where FILE is
+    missing, FILE's own to resume where its entries were timed on this GPU (or it holds only
+    untuned seeds), and a clear refusal where they were timed on another GPU model: the new
+    header would have named this GPU for them (tuning on an H100 into the H200's database)."""
+    from attnpack.tune.db import TuningDb
+    from attnpack.tune.runner import resumed_db
+    h200, h100 = "NVIDIA H200", "NVIDIA H100 80GB HBM3"
+    key = {"op": "fwd", "dtype": "bf16", "head_dim": 64, "causal": False, "gqa": 1,
+           "sq": 1024, "sk": 1024, "streams": 64, "family": "gluon", "kernel": "k"}
+    assert resumed_db(tmp_path / "new.jsonl", "sm_90", h100).entries == {}
+    tuned = TuningDb("sm_90", {"status": "tuned", "gpu": h200})
+    tuned.put(dict(key))
+    save_db(tuned, tmp_path / "h200.jsonl")
+    assert len(resumed_db(tmp_path / "h200.jsonl", "sm_90", h200).entries) == 1
+    with pytest.raises(ValueError, match=f"h200.jsonl holds entries timed on {h200}; this GPU "
+                                         f"is {h100}: tune into another file"):
+        resumed_db(tmp_path / "h200.jsonl", "sm_90", h100)
+    with pytest.raises(ValueError, match="is for sm_90, the archive for gfx942"):
+        resumed_db(tmp_path / "h200.jsonl", "gfx942", h200)
+    seeds = TuningDb("sm_90", {"status": "untuned", "gpu": "none (not measured)"})
+    seeds.put(dict(key))
+    save_db(seeds, tmp_path / "seeds.jsonl")
+    assert len(resumed_db(tmp_path / "seeds.jsonl", "sm_90", h100).entries) == 1

@@ -36,7 +36,7 @@ from typing import Callable, Iterable
 
 from attnpack.tune.buckets import SEQLEN_BOUNDS, STREAM_BOUNDS, seqlen_bucket, streams_class
 from attnpack.keys import TuneKey
-from attnpack.tune.db import TuningDb, load_db, record_determinism, save_db
+from attnpack.tune.db import TuningDb, entry_gpu, load_db, record_determinism, save_db
 
 REJECT_FACTOR = 3.0
 ERROR_FLOOR = {"bf16": 4e-3, "fp16": 5e-4}    # no candidate is rejected below these errors
@@ -429,6 +429,22 @@ def provenance(torch, status: str = "tuned") -> dict:
             "status": status}
 
 
+def resumed_db(out_path: Path, arch: str, gpu: str) -> TuningDb:
+    """The database `tune` writes into: out_path's, to go on with, or a new one. Refused where
+    out_path is another arch's, or holds entries timed on another GPU model than `gpu` (the new
+    header would name this GPU for them): tune into another file, and merge the two with
+    `attnpack db merge --mixed-gpus` if both should be kept."""
+    db = load_db(out_path) if out_path.is_file() else TuningDb(arch, {})
+    if db.arch != arch:
+        raise ValueError(f"{out_path} is for {db.arch}, the archive for {arch}")
+    other = sorted({entry_gpu(e, db) for e in db.entries.values()} - {None, gpu})
+    if other:
+        raise ValueError(f"{out_path} holds entries timed on {', '.join(other)}; this GPU is "
+                         f"{gpu}: tune into another file (then `attnpack db merge --mixed-gpus` "
+                         "to keep both)")
+    return db
+
+
 def tune(archive_path: Path, keys: Iterable[TuneKey], out_path: Path,
          progress: Callable[[int], Callable[[str], None]] = lambda n: (lambda label: None),
          log: Callable[[str], None] = print, minutes: float | None = None) -> TuningDb:
@@ -443,10 +459,9 @@ def tune(archive_path: Path, keys: Iterable[TuneKey], out_path: Path,
     keys = list(keys)
     for key in keys:  # a key its timing shape cannot be in is refused before any GPU work
         timing_shape(key)
-    db = load_db(out_path) if out_path.is_file() else TuningDb(archive.arch, {})
-    if db.arch != archive.arch:
-        raise ValueError(f"{out_path} is for {db.arch}, the archive for {archive.arch}")
-    db.provenance = provenance(torch)
+    here = provenance(torch)
+    db = resumed_db(out_path, archive.arch, here["gpu"])
+    db.provenance = here
     bench = Bench(torch)
     bench.settle()
     advance = progress(len(keys))
