@@ -423,3 +423,18 @@ def test_cold_start_child_times_the_compile_of_a_kernel_with_no_gpu(tmp_path):
     # a child that fails hands back its error, never nothing
     got = dynamic.run_child(["--backend", "triton_compile", "--shape", "1,2,2,64,64,64"], env)
     assert "--backend triton_compile needs --kernel" in got["error"]
+
+
+def test_markdown_says_which_gpu_the_tuning_database_was_measured_on(results):
+    """The page's first line names the archive's `tuned_on` (bundle_info), and says so when it
+    is not the GPU the bench ran on (an H100 running the H200's database); nothing where the
+    bundle info predates the field."""
+    bundle = results["environment"].setdefault("bundle", {})
+    bundle.setdefault("bundle", {})["tuned_on"] = "NVIDIA H200"
+    first = report.render_markdown(results).split("\n")[2]
+    assert first.endswith("Its tuning database was measured on NVIDIA H200.")
+    results["environment"]["gpu"] = "NVIDIA H100 80GB HBM3"
+    first = report.render_markdown(results).split("\n")[2]
+    assert first.endswith("Its tuning database was measured on NVIDIA H200, not on this GPU.")
+    del bundle["bundle"]["tuned_on"]
+    assert "tuning database" not in report.render_markdown(results).split("\n")[2]

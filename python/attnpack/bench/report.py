@@ -409,9 +409,14 @@ def render_markdown(results: dict, plots: dict[str, str] | None = None,
     bundle = env.get("bundle") or {}
     bundle_path = (bundle.get("bundle") or {}).get("path") if isinstance(bundle.get("bundle"), dict) \
         else bundle.get("path")
+    tuned_on = (bundle.get("bundle") or {}).get("tuned_on") \
+        if isinstance(bundle.get("bundle"), dict) else bundle.get("tuned_on")
     out = ["# Performance: attnpack against PyTorch's own SDPA backends", "",
            f"Measured by `attnpack bench` on {environment_line(env)}."
-           + (f" Archive: `{Path(bundle_path).name}`." if bundle_path else ""),
+           + (f" Archive: `{Path(bundle_path).name}`." if bundle_path else "")
+           + (f" Its tuning database was measured on {tuned_on}"
+              + (f", not on this GPU." if tuned_on != env.get("gpu") else ".")
+              if tuned_on else ""),
            f"The recorded run is [`{results_name}`]({results_name}) (and its `.csv`); "
            "`attnpack bench --report-only` on it regenerates this page.", "",
            "## How it is measured",
