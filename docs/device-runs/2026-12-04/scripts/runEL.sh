@@ -12,11 +12,12 @@
 # the programs of a head's blocks then read the same Q/dO tile and add into the same dQ rows
 # together. On one GPU (either model; say which): build_tools/patch_ab.sh, test_gluon_bwd.py on
 # the patched tree (smoke over every kernel, bitwise repeatability, every causal case), then the
-# committed and the patched bf16 causal backward kernels by cycles over both shape sets.
+# committed and the patched bf16 causal backward kernels of 64-row query tiles (the ones the
+# patch changes) by cycles over both shape sets.
 #   usage (device, repo root): ATTNPACK_COMMIT=<sha> OUT=$OUT bash .carry/runEL.sh > $OUT/run.log 2>&1
 cd "$(dirname "$0")/.."
 export ATTNPACK_COMMIT=${ATTNPACK_COMMIT:-unknown}
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
-OUT=$OUT BUDGET_S=${BUDGET_S:-585} REPS=${REPS:-6} KERNEL_FILTER='causal' \
+OUT=$OUT BUDGET_S=${BUDGET_S:-585} REPS=${REPS:-6} KERNEL_FILTER='causal/M64_' \
   bash build_tools/patch_ab.sh docs/device-runs/2026-12-04/scripts/bwd_causal_descend.patch bwd \
   descend tests/gpu/test_gluon_bwd.py -k "smoke or repeatable or True"
