@@ -3,7 +3,7 @@
 # on runs 142-147, on an H100). On the H100 the four GQA-7/8 causal head-dim-128 model rows of
 # fewest (batch, kv head) pairs read 0.85-0.93x cuDNN forward + backward (run142/143), where
 # the H200 read 1.02-1.05x (run141), with the same kernels (the dK/dV kernel with dQ by TMA
-# reduce-adds, det0_tma1) and cuDNN within 2 % on both: attnpack's backward alone is 12-23 %
+# reduce-adds, det0_tma1) and cuDNN within 2 % on both: attnpack's backward alone is 15-30 %
 # slower on the H100. Our reading, not yet measured: a causal dK/dV program's ascending walk
 # spreads the programs side by side over all of a head group's query rows, so their fp32 dQ adds
 # (group x Sq x D x 4 bytes, 32 MB at GQA 8 S8192) leave the H100's 50 MB L2 (60 MB on the
