@@ -174,6 +174,13 @@ def test_merge_refuses_entries_of_another_gpu_unless_asked(tmp_path):
         merge_dbs([old, new])
     merged, _ = merge_dbs([old, new], mixed_gpus=True)
     assert merged.provenance["gpu"] == f"mixed: {h100} (1), {h200} (1)"
+    assert merged.provenance["status"] == "tuned"
+    assert sorted(e["gpu"] for e in merged.entries.values()) == [h100, h200]
+    # entries named by their header alone are stamped too, and still count as tuned
+    bare = TuningDb("sm_90", {"status": "tuned", "gpu": h100})
+    bare.put(entry(FAST, {FAST: 90.0, DET: 110.0}))
+    merged, _ = merge_dbs([old, bare], mixed_gpus=True)
+    assert merged.provenance["status"] == "tuned"
     assert sorted(e["gpu"] for e in merged.entries.values()) == [h100, h200]
     assert f"timed on {h100}\n" in render_show(merged)
     # the same GPU by the entries' own names merges, whatever the header says; seeds of an

@@ -156,10 +156,12 @@ def merge_dbs(dbs: list[TuningDb], min_gain: float = 1.0,
         raise DbError(f"entries timed on different GPUs ({named}); merge databases tuned on "
                       "one GPU model, or pass --mixed-gpus to keep both (each entry then "
                       "records its GPU)")
+    source: dict[Key, TuningDb] = {}  # the database each kept entry came from
     for db in dbs:
         for key, entry in db.entries.items():
-            if len(gpus) > 1 and entry_gpu(entry, db) and not entry.get("gpu"):
-                entry = {**entry, "gpu": entry_gpu(entry, db)}
+            gpu = entry_gpu(entry, db)
+            if len(gpus) > 1 and gpu and not entry.get("gpu"):
+                entry = {**entry, "gpu": gpu}
             old = merged.entries.get(key)
             if old is not None and not entry.get("held"):  # (a held entry replaces any)
                 if old.get("held") and entry["kernel"] == old["kernel"]:
@@ -168,8 +170,8 @@ def merge_dbs(dbs: list[TuningDb], min_gain: float = 1.0,
                     held.append(key)
                     continue
             merged.entries[key] = entry
-    statuses = {db.provenance.get("status") for db in dbs
-                if any(merged.entries[k] is e for k, e in db.entries.items())}
+            source[key] = db
+    statuses = {source[key].provenance.get("status") for key in merged.entries}
     merged.provenance["status"] = "tuned" if statuses == {"tuned"} else "partly tuned"
     counts: dict[str, int] = {}
     for entry in merged.entries.values():
