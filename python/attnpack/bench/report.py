@@ -407,10 +407,9 @@ def render_markdown(results: dict, plots: dict[str, str] | None = None,
     settings = results.get("settings", {})
     matmul = results.get("matmul") or {}
     bundle = env.get("bundle") or {}
-    bundle_path = (bundle.get("bundle") or {}).get("path") if isinstance(bundle.get("bundle"), dict) \
-        else bundle.get("path")
-    tuned_on = (bundle.get("bundle") or {}).get("tuned_on") \
-        if isinstance(bundle.get("bundle"), dict) else bundle.get("tuned_on")
+    # bundle_info()'s {"bundle": {path, tuned_on, ...}, ...}, or the archive's map itself
+    archive_info = bundle["bundle"] if isinstance(bundle.get("bundle"), dict) else bundle
+    bundle_path, tuned_on = archive_info.get("path"), archive_info.get("tuned_on")
     out = ["# Performance: attnpack against PyTorch's own SDPA backends", "",
            f"Measured by `attnpack bench` on {environment_line(env)}."
            + (f" Archive: `{Path(bundle_path).name}`." if bundle_path else "")
