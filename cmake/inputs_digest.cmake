@@ -1,13 +1,13 @@
 # cmake -DSOURCE_DIR=... -DSTAMP=... -P inputs_digest.cmake
 #
-# Writes STAMP with one SHA-256 over the archives' inputs (the same globs as CMakeLists.txt's
-# bundle rule: aot/*.py, aot/tuning_db/*, python/attnpack/*.py, each file's path and content),
+# Writes STAMP with one SHA-256 over the archives' inputs (cmake/archive_inputs.cmake, the list
+# CMakeLists.txt's bundle rule depends on: each file's path and content),
 # and rewrites it only when that digest changed. The archives depend on STAMP, so they rebuild
 # whenever an input's content changes, even where the file's time went backwards: a checkout
 # or copy that restores an older database with its old time (the device tool's, run143) left
 # the newer archive in place under a time-only rule.
-file(GLOB_RECURSE _inputs "${SOURCE_DIR}/aot/*.py" "${SOURCE_DIR}/aot/tuning_db/*"
-     "${SOURCE_DIR}/python/attnpack/*.py")
+include("${CMAKE_CURRENT_LIST_DIR}/archive_inputs.cmake")
+attnpack_archive_inputs(_inputs "${SOURCE_DIR}")
 list(SORT _inputs)
 set(_all "")
 foreach(_f IN LISTS _inputs)

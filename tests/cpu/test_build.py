@@ -194,3 +194,11 @@ def test_the_archives_stamp_follows_content_not_file_times(tmp_path):
     os.utime(db, ns=(0, 0))  # new content, an old time
     changed, _ = _digest(tmp_path, stamp)
     assert changed != first and len(changed) == 64
+    # the kernel sources and the builder are inputs too (cmake/archive_inputs.cmake), a file
+    # outside those globs is not
+    seen = {changed}
+    for rel in ("aot/kernels/k/family.py", "python/attnpack/cli.py", "notes.txt"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("x = 1\n")
+        seen.add(_digest(tmp_path, stamp)[0])
+    assert len(seen) == 3
