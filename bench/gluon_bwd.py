@@ -30,20 +30,18 @@ import json
 import math
 import os
 import sys
-import time
 from pathlib import Path
 
 import torch
-import triton
 
 sys.path.insert(0, str(Path(__file__).parent))
-from triton_family import SHAPES, fmt, ratio_summary  # noqa: E402
+from triton_family import SHAPES, fmt, ratio_summary, run_preamble  # noqa: E402
 
 from attnpack import runtime as rt  # noqa: E402
 from attnpack.archive import read_archive  # noqa: E402
 from attnpack.bench.measure import backend, make_inputs, sdpa_call, time_op  # noqa: E402
 from attnpack.bench.shapes import Shape, dims_label, load_shape_file, shape_flops  # noqa: E402
-from attnpack.bench.timing import Timer, matmul_tflops  # noqa: E402
+from attnpack.bench.timing import Timer  # noqa: E402
 from attnpack.builder import BuildRequest, build_archives  # noqa: E402
 
 # The forwards the sm_90 tuning database picks most often (docs/gluon-family.md).
@@ -198,12 +196,7 @@ def main(argv=None):
         shapes = [shapes[int(i)] for i in args.select.split(",")]
     paths = archives(args.archives)
     names = {n: {k["name"] for k in read_archive(p).kernels} for n, p in paths.items()}
-    props = torch.cuda.get_device_properties(0)
-    print(f"# {props.name}, torch {torch.__version__}, triton {triton.__version__}, "
-          f"cuDNN {torch.backends.cudnn.version()}, {time.strftime('%Y-%m-%d')}")
-    timer = Timer(reps=args.reps, warmup=args.warmup)
-    rate = matmul_tflops(timer)
-    print(f"# dense bf16 matmul 8192^3: {rate:.0f} TFLOP/s")
+    props, timer, rate = run_preamble(args.reps, args.warmup)
     print(f"{'shape':<30} | {'bwd TFLOP/s: det0 det1 triton cuDNN flash':>25} | "
           f"{'bwd/cuDNN det0 det1 triton':>17} | {'fwd+bwd/cuDNN det0 det1':>11} | "
           "kernels: det0 ; det1 ; triton ; gluon fwd")

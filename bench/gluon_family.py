@@ -20,20 +20,19 @@ import json
 import math
 import os
 import sys
-import time
 from pathlib import Path
 
 import torch
-import triton
 
 sys.path.insert(0, str(Path(__file__).parent))
-from triton_family import NATIVE, SHAPES, cudnn_output, fmt, ratio_summary  # noqa: E402
+from triton_family import (NATIVE, SHAPES, cudnn_output, fmt, ratio_summary,  # noqa: E402
+                           run_preamble)
 
 from attnpack import runtime as rt  # noqa: E402
 from attnpack.archive import read_archive  # noqa: E402
 from attnpack.bench.measure import backend, make_inputs, time_op  # noqa: E402
 from attnpack.bench.shapes import dims_label, load_shape_file, shape_flops  # noqa: E402
-from attnpack.bench.timing import Timer, matmul_tflops  # noqa: E402
+from attnpack.bench.timing import Timer  # noqa: E402
 from attnpack.builder import BuildRequest, build_archives  # noqa: E402
 
 
@@ -125,12 +124,7 @@ def main(argv=None):
     if args.select:
         shapes = [shapes[int(i)] for i in args.select.split(",")]
     gluon, triton_ = archives(args.archives)
-    props = torch.cuda.get_device_properties(0)
-    print(f"# {props.name}, torch {torch.__version__}, triton {triton.__version__}, "
-          f"cuDNN {torch.backends.cudnn.version()}, {time.strftime('%Y-%m-%d')}")
-    timer = Timer(reps=args.reps, warmup=args.warmup)
-    rate = matmul_tflops(timer)
-    print(f"# dense bf16 matmul 8192^3: {rate:.0f} TFLOP/s")
+    props, timer, rate = run_preamble(args.reps, args.warmup)
     print(f"{'shape':<32} | {'fwd TFLOP/s: gluon triton cuDNN flash':>21} | {'/cuDNN g t':>11} | "
           "kernels: gluon ; triton")
     rows = bench(shapes, gluon, triton_, timer, args.max_diff)

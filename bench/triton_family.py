@@ -140,6 +140,19 @@ def ratio_summary(label: str, ratios: list[float]) -> str:
     return f"# {label} min {min(ratios):.2f}, geomean {geomean(ratios):.2f}, max {max(ratios):.2f}"
 
 
+def run_preamble(reps: int, warmup: int):
+    """Prints the run's first two lines (the GPU and the software; a dense bf16 matmul's
+    TFLOP/s, the yardstick of the tables' "of matmul") and returns (device properties, the
+    timer, that rate)."""
+    props = torch.cuda.get_device_properties(0)
+    print(f"# {props.name}, torch {torch.__version__}, triton {triton.__version__}, "
+          f"cuDNN {torch.backends.cudnn.version()}, {time.strftime('%Y-%m-%d')}")
+    timer = Timer(reps=reps, warmup=warmup)
+    rate = matmul_tflops(timer)
+    print(f"# dense bf16 matmul 8192^3: {rate:.0f} TFLOP/s")
+    return props, timer, rate
+
+
 def print_header():
     print(f"{'shape':<32} | {'fwd TFLOP/s: ours cuDNN flash eff':>34} {'ours/cuDNN':>10} | "
           f"{'bwd TFLOP/s: ours cuDNN flash eff':>34} {'ours/cuDNN':>10} | variant fwd ; bwd")
@@ -223,12 +236,7 @@ def main(argv=None):
     if args.warm:
         warm(spec, args.jobs, args.sweep, head_dims=(32, 64, 96, 128, 256), dtypes=("bf16", "fp16"))
         return 0
-    props = torch.cuda.get_device_properties(0)
-    print(f"# {props.name}, torch {torch.__version__}, triton {triton.__version__}, "
-          f"cuDNN {torch.backends.cudnn.version()}, {time.strftime('%Y-%m-%d')}")
-    timer = Timer(reps=args.reps, warmup=args.warmup)
-    rate = matmul_tflops(timer)
-    print(f"# dense bf16 matmul 8192^3: {rate:.0f} TFLOP/s")
+    props, timer, rate = run_preamble(args.reps, args.warmup)
     if args.sweep:
         results = bench_sweep(spec, shapes, timer)
     else:
