@@ -203,6 +203,52 @@ def test_markdown_tables_plots_and_files(results, tmp_path):
     assert "not measured: takes TMA descriptors" in md
 
 
+def test_backward_alone_is_each_backends_fwdbwd_less_its_fwd(results):
+    """Pairs of a set's fwd and fwdbwd rows of one shape only; per backend the difference of
+    their times, the default's over attnpack's, and the fwdbwd row's backward kernels."""
+    analysis = report.analyze(results)
+    rows = {(r["set"], r["name"]): r for r in report.backward_rows(analysis["rows"])}
+    # 4 pairs: 3 in shapes, 1 in model_shapes (Gemma-2-9B has no fwdbwd row)
+    assert sorted(rows) == [("model_shapes", "Llama-3.1-8B prefill B64 S256"),
+                            ("shapes", "B32 H16 S512 d128 causal"),
+                            ("shapes", "B4 H16 S4096 d128 causal"),
+                            ("shapes", "B4 H16 S4096 d128 full")]
+    full = rows[("shapes", "B4 H16 S4096 d128 full")]
+    assert full["ms"] == pytest.approx({"attnpack": 4.4 - 0.88, "default": 3.5 - 0.90,
+                                        "flash": 5.1 - 1.72, "efficient": 7.9 - 2.30})
+    assert full["vs_default"] == pytest.approx((3.5 - 0.90) / (4.4 - 0.88))
+    assert full["default_backend"] == "cudnn"
+    assert full["served_text"] == \
+        "triton/bwd/bf16-d128-full/kvN64_kvM32_kvW4_kvS3_qM64_qN32_qW4_qS3"
+    llama = rows[("model_shapes", "Llama-3.1-8B prefill B64 S256")]
+    assert set(llama["ms"]) == {"attnpack", "default", "flash"}  # efficient refused both
+    # a shape that differs (another dtype) is not a pair; a difference that is not positive
+    # leaves its backend out
+    other = copy.deepcopy(results)
+    fwd = next(r for r in other["rows"] if r["name"] == "B4 H16 S4096 d128 full")
+    fwd["shape"]["dtype"] = "fp16"
+    slow = next(r for r in other["rows"] if r["name"] == "B4 H16 S4096 d128 causal"
+                and r["op"] == "fwd")
+    slow["backends"]["flash"]["ms"] = 3.4
+    again = {r["name"]: r for r in report.backward_rows(report.analyze(other)["rows"])}
+    assert "B4 H16 S4096 d128 full" not in again
+    assert "flash" not in again["B4 H16 S4096 d128 causal"]["ms"]
+    # the report: a line per set, worst first
+    (shapes, table), (models, _) = report.backward_tables(analysis["rows"])
+    assert (shapes, models) == ("shapes", "model_shapes")
+    ratios = sorted(r["vs_default"] for (s, _), r in rows.items() if s == "shapes")
+    assert table.startswith(f"3 rows: x default geomean {report.fmt_ratio(report.geomean(ratios))}"
+                            f", min {report.fmt_ratio(ratios[0])}, 3 below 1x.")
+    order = [table.index(n) for n in sorted(
+        ("B32 H16 S512 d128 causal", "B4 H16 S4096 d128 causal", "B4 H16 S4096 d128 full"),
+        key=lambda n: rows[("shapes", n)]["vs_default"])]
+    assert order == sorted(order)
+    md = report.render_markdown(results)
+    assert "## shapes: the backward alone (worst first)" in md and "Derived, not timed" in md
+    assert "## model_shapes backward alone (fwdbwd less fwd, worst first)" in \
+        report.render_text(results)
+
+
 def test_markdown_elsewhere_links_its_plots_relative_to_itself(results, tmp_path):
     """As for docs: --out docs/performance --markdown docs/performance.md."""
     docs = tmp_path / "docs"

@@ -18,7 +18,7 @@ import math
 import os
 from pathlib import Path
 
-from attnpack.bench.served import family_text, served_text
+from attnpack.bench.served import family_text, kernel_op, served_text
 from attnpack.bench.shapes import REQUIRED, Shape, shape_flops
 
 BACKENDS = ("attnpack", "default", "flash", "efficient")
@@ -153,6 +153,31 @@ def analyze(results: dict) -> dict:
             "dynamic": dynamic_summary(results["dynamic"]) if results.get("dynamic") else None}
 
 
+def backward_rows(derived: list[dict]) -> list[dict]:
+    """The backward alone, derived: for each fwdbwd row with a fwd row of the same set, name,
+    dtype and shape, each backend's forward + backward time less its forward time (backends
+    whose difference is not positive are left out), the default's over attnpack's
+    ("vs_default"), and the backward kernels that served the fwdbwd row. The two rows are
+    timed apart, so a difference carries the noise of both."""
+    forwards = {(d["set"], d["name"], d["dtype"]): d for d in derived if d["op"] == "fwd"}
+    rows = []
+    for d in derived:
+        f = forwards.get((d["set"], d["name"], d["dtype"]))
+        if d["op"] != "fwdbwd" or f is None or f["shape"] != d["shape"]:
+            continue
+        ms = {b: d["ms"][b] - f["ms"][b] for b in BACKENDS
+              if b in d["ms"] and b in f["ms"] and d["ms"][b] > f["ms"][b]}
+        mine = ms.get("attnpack")
+        served = d["served"] or {}
+        kernels = [k for k in served.get("kernels", {}) if kernel_op(k) == "bwd"]
+        rows.append({"set": d["set"], "name": d["name"], "dtype": d["dtype"], "ms": ms,
+                     "default_backend": d["default_backend"],
+                     "vs_default": ms["default"] / mine if mine and "default" in ms else None,
+                     "served_text": " + ".join(kernels) if served.get("status") == "served"
+                     else d["served_text"]})
+    return rows
+
+
 def dynamic_summary(dynamic: dict) -> dict:
     """Per backend: the stream's total, p50, p99 and max latency; first/second call at new
     lengths (median, max); cold-start times, as recorded."""
@@ -253,6 +278,32 @@ def rows_table(rows: list[dict]) -> str:
                      (f" ({d['best_native']})" if d["best_native"] else ""), d["served_text"]])
     return _table(["row", "attnpack TFLOP/s", "default", "flash", "efficient", "of matmul",
                    "x default", "x best native", "served by"], body)
+
+
+def backward_tables(derived: list[dict]) -> list[tuple[str, str]]:
+    """(set, table) per set with backward_rows: a line of geomean, min and rows below 1x, then
+    the rows worst first."""
+    tables = []
+    rows = backward_rows(derived)
+    for set_name in dict.fromkeys(r["set"] for r in rows):
+        mine = [r for r in rows if r["set"] == set_name]
+        ratios = [r["vs_default"] for r in mine if r["vs_default"] is not None]
+        line = (f"{len(mine)} rows: x default geomean {fmt_ratio(geomean(ratios))}, "
+                f"min {fmt_ratio(min(ratios, default=None))}, "
+                f"{sum(1 for r in ratios if r < 1.0)} below 1x.")
+        body = []
+        for r in sorted(mine, key=lambda r: -math.inf if r["vs_default"] is None
+                        else r["vs_default"]):
+            default = fmt_ms(r["ms"].get("default"))
+            if r["default_backend"] and "default" in r["ms"]:
+                default += f" ({r['default_backend']})"
+            body.append([r["name"] + ("" if r["dtype"] == "bf16" else f" {r['dtype']}"),
+                         fmt_ms(r["ms"].get("attnpack")), default, fmt_ms(r["ms"].get("flash")),
+                         fmt_ratio(r["vs_default"]), r["served_text"]])
+        tables.append((set_name, line + "\n\n" + _table(
+            ["row", "attnpack ms", "default ms", "flash ms", "x default", "backward served by"],
+            body)))
+    return tables
 
 
 def _halves(timing: dict | None) -> list[float] | None:
@@ -389,6 +440,8 @@ def render_text(results: dict) -> str:
     for s in analysis["summary"]:
         rows = [d for d in analysis["rows"] if (d["set"], d["op"]) == (s["set"], s["op"])]
         parts += ["", f"## {s['set']} {s['op']} (worst first)", rows_table(worst_first(rows))]
+    for set_name, table in backward_tables(analysis["rows"]):
+        parts += ["", f"## {set_name} backward alone (fwdbwd less fwd, worst first)", table]
     by_half = halves_table(results)
     if by_half:
         parts += ["", "## the halves apart", by_half]
@@ -453,6 +506,12 @@ def render_markdown(results: dict, plots: dict[str, str] | None = None,
     for s in analysis["summary"]:
         rows = [d for d in analysis["rows"] if (d["set"], d["op"]) == (s["set"], s["op"])]
         out += [f"## {s['set']}: {s['op']} (worst first)", "", rows_table(worst_first(rows)), ""]
+    for set_name, table in backward_tables(analysis["rows"]):
+        out += [f"## {set_name}: the backward alone (worst first)", "",
+                "Derived, not timed on its own: each backend's forward + backward time less its "
+                "forward time, from this set's two rows of the same shape (timed apart, so "
+                "each difference carries the noise of both). \"x default\" is the default's "
+                "backward over attnpack's.", "", table, ""]
     by_half = halves_table(results)
     if by_half:
         out += ["## The halves apart", "", "Each row's calls per backend, split into the first "
