@@ -7,7 +7,9 @@ Conventions:
   (query, key) pair, causal top-left; backward 2.5x forward; fwdbwd is one of each);
 - "x default" = default's time / attnpack's time, "x best native" = the fastest of PyTorch's
   backends that ran (default, flash, efficient) / attnpack's: above 1 attnpack is faster;
-- geomeans over the rows that have the ratio; worst rows first everywhere rows are listed.
+- geomeans over the rows that have the ratio; worst rows first everywhere rows are listed;
+- "the backward alone" is derived, a shape's fwdbwd time less its fwd time per backend
+  (backward_rows), never timed on its own.
 """
 from __future__ import annotations
 
