@@ -11,7 +11,8 @@
 #   env: OUT (default ./gpu-logs/ab-NAME), FAMILY (gluon), DTYPE (bf16), REPS (10),
 #        MIN_GAIN (1.003), BUDGET_S (570: the A/B stops there, seconds from the start),
 #        KERNEL_FILTER (a regular expression, re.search: only kernel names it matches, e.g.
-#        "causal" for a causal-only change)
+#        "causal" for a causal-only change), STOP_ON_TEST_FAIL (1: no A/B after a failed test,
+#        for a change whose broken kernel could hang the timing)
 # The patch is applied to this tree in place (the old side is built from a copy made first).
 cd "$(dirname "$0")/.."
 PATCH=$1 OP=$2 NAME=$3 TESTS=$4; shift 4
@@ -25,6 +26,10 @@ FILES="$TESTS" OUT=$L timeout 320 bash build_tools/run_gpu_tests.sh "$@" > "$L/s
 trc=$?; echo "tests rc $trc at $SECONDS s"; tail -n 1 "$L/summary.txt"
 log=$L/$(basename "$TESTS" .py).log
 { grep -E "FAILED|^E  " "$log" | cut -c1-600 | head -200; tail -n 3 "$log"; } > "$OUT/tests.txt"
+if [ $trc != 0 ] && [ "${STOP_ON_TEST_FAIL:-0}" = 1 ]; then
+  echo old > /tmp/ab_state; cp /tmp/ab_state "/tmp/ab_state_$NAME"
+  echo "old $PATCH (tests rc $trc, no A/B: STOP_ON_TEST_FAIL)" | tee "$OUT/verdict.txt"; exit 0
+fi
 . build_tools/runtime_env.sh "$L"
 A=attnpack-0.1.0-sm_90.apk
 for side in old "$NAME"; do
