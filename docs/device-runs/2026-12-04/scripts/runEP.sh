@@ -2,9 +2,10 @@
 # Prepared in the thirty-fifth session. After runEO.sh on the same H200 (not an H100: the merge
 # would be refused, docs/tuning.md "Entries of another GPU"): the persistent dqq kernels applied
 # where runEO kept them (else the committed kernels: the keys are worth tuning in their rows'
-# classes anyway, B16 H16 S1024's row being served by its class-512 entry), the 7 backward keys of the bench rows at head dim 128 without a mask,
-# each in its rows' streams class (keys_rows_bwd_full128.json, build_tools/row_keys.py), tuned
-# and merged at 1 % in the device's copy ($OUT/sm_90_merged.txt), then build_tools/bench_tree.sh
+# classes anyway, B16 H16 S1024's row being served by its class-512 entry), the 7 backward
+# keys of the bench rows at head dim 128 without a mask, each in its rows' streams class
+# (keys_rows_bwd_full128.json, build_tools/row_keys.py), tuned and merged at 1 % in the
+# device's copy ($OUT/sm_90_merged.txt), then build_tools/bench_tree.sh
 # (the bundle on it, `attnpack bench` bf16 fwd + fwdbwd over both sets, test_torch_sdpa.py).
 # Then on the CPU: copy sm_90_merged.txt over aot/tuning_db/sm_90.jsonl and apply the patch if
 # the bench holds, build_tools/regen_tuning_doc.py, docs/performance.md from results.json.
