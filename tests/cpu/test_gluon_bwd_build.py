@@ -41,6 +41,10 @@ M128_PERSISTENT_KERNELS = 4
 # mask only, x (fp16, bf16) x (96, 128)
 DQQ = "gluon/bwd/bf16-d128-full/M64_stages2_det0_tma1_dqq1"
 DQQ_KERNELS = 8
+# the convert started early (`early`, bwd.py READY): tma1 and dqq at 2 and 3 stages, 128-wide
+# tiles: (tma1 x (full, causal) + dqq x full) x (fp16, bf16) x (96, 128)
+EARLY = "gluon/bwd/bf16-d128-full/M64_stages2_det0_tma1_early1"
+EARLY_KERNELS = 24
 WIDE = "gluon/bwd/bf16-d256-causal/M64_stages2_det0_wide1"
 WIDE_DET = "gluon/bwd/bf16-d256-causal/M64_stages2_det1_wide1"
 WIDE_KERNELS = 8       # the two wide configs x (fp16, bf16) x (full, causal), head dim 256
@@ -57,7 +61,9 @@ WIDE_KERNELS = 8       # the two wide configs x (fp16, bf16) x (full, causal), h
 # 8 bytes more each (tma 16 -> 24, wide 24 -> 32) and 8-16 in the atomic one, which spilled
 # nothing before. Run69 measured the grouped kernels, spills and all, against the ungrouped
 # ones by cycles: the fastest per shape 1.042x over 33 causal shapes (docs/gluon-bwd.md).
+# The early convert's dK/dV kernel (`early`) spills as its tma1 twin does, under causal only.
 SPILL_ALLOWED = {"attn_bwd_dkdv_dq_tma": (32, (96, 128)),
+                 "attn_bwd_dkdv_dq_tma_ready": (32, (96, 128)),
                  "attn_bwd_dkdv_dq_atomic": (16, (96, 128)),
                  "attn_bwd_dkdv_wide_dq_atomic": (32, (256,))}
 # The persistent dK/dV kernels (bwd.py, PERSISTENT) carry their work-unit counters around each
@@ -98,7 +104,8 @@ def test_every_declared_variant_builds_and_verifies(bwd_archive):
     # 8 configs x (fp16, bf16) x (64, 96, 128) x (full, causal), the dqq ones, and the wide
     # ones at 256
     assert sorted(k["name"] for k in ar.kernels) == sorted(v.name for v in declared())
-    assert len(ar.kernels) == 12 * CONFIGS_PER_KEY + DQQ_KERNELS + WIDE_KERNELS + M128_KERNELS
+    assert len(ar.kernels) == (12 * CONFIGS_PER_KEY + DQQ_KERNELS + WIDE_KERNELS + M128_KERNELS
+                               + EARLY_KERNELS)
 
 
 def test_no_spills_and_shared_memory_fits(bwd_archive):
@@ -125,7 +132,8 @@ def test_no_spills_and_shared_memory_fits(bwd_archive):
             seen += 1
     # three steps a kernel, two in the deterministic ones but the wide (dQ, then dK/dV)
     det = sum(1 for k in ar.kernels if "_det1" in k["name"] and "_wide1" not in k["name"])
-    assert seen == 3 * (12 * CONFIGS_PER_KEY + DQQ_KERNELS + WIDE_KERNELS + M128_KERNELS) - det
+    assert seen == 3 * (12 * CONFIGS_PER_KEY + DQQ_KERNELS + WIDE_KERNELS + M128_KERNELS
+                        + EARLY_KERNELS) - det
 
 
 def test_steps_and_workspace_per_variant(bwd_archive):
@@ -168,6 +176,7 @@ def test_determinism_is_declared_by_the_family():
             if v.key.tag == "bf16-d128-causal"} == {
         "M64_stages2_det0": False, "M64_stages3_det0": False,
         "M64_stages2_det0_tma1": False, "M64_stages3_det0_tma1": False,
+        "M64_stages2_det0_tma1_early1": False, "M64_stages3_det0_tma1_early1": False,
         "M64_stages2_det0_tma1_persistent1": False, "M64_stages3_det0_tma1_persistent1": False,
         "M64_stages2_det1_qN64_persistent1": True, "M64_stages2_det1_qN64": True,
         "M64_stages3_det1_qN64": True, "M64_stages2_det1_qN128": True,
@@ -263,7 +272,8 @@ def test_fast_variants_add_dq_the_way_they_declare(bwd_archive):
             seen["atomic"] += 1
     # 2 stage counts x (fp16, bf16) x (64, 96, 128) x (full, causal) of each, and of the
     # persistent tma1 ones, the dqq and M128 ones (TMA), and the wide kernels (atomics)
-    assert seen == {"tma": 48 + DQQ_KERNELS + M128_KERNELS, "atomic": 24 + WIDE_KERNELS // 2}
+    assert seen == {"tma": 48 + DQQ_KERNELS + M128_KERNELS + EARLY_KERNELS,
+                    "atomic": 24 + WIDE_KERNELS // 2}
 
 
 def test_dq_queue_is_declared_on_128_wide_tiles_without_a_mask(bwd_archive):
@@ -273,8 +283,9 @@ def test_dq_queue_is_declared_on_128_wide_tiles_without_a_mask(bwd_archive):
     params, tensor maps, grids and workspace, only another dK/dV image."""
     dqq = [v for v in declared() if v.config.get("dqq")]
     assert sorted(v.name for v in dqq) == sorted(
-        f"gluon/bwd/{dtype}-d{d}-full/M64_stages{stages}_det0_tma1_dqq1"
-        for dtype in ("fp16", "bf16") for d in (96, 128) for stages in (2, 3))
+        f"gluon/bwd/{dtype}-d{d}-full/M64_stages{stages}_det0_tma1_dqq1{early}"
+        for dtype in ("fp16", "bf16") for d in (96, 128) for stages in (2, 3)
+        for early in ("", "_early1"))
     assert not any(v.deterministic for v in dqq)
     # the constexpr is on where the knob is, off in every other fast kernel, absent in det1
     for v in declared():
@@ -328,7 +339,7 @@ def test_fast_kernels_issue_dq_where_their_config_says(bwd_archive):
             assert after[:3] == ["WARPGROUP.DEPBAR.LE 0x1", "SYNCS.ARRIVE.TRANS64.A1T0",
                                  "WARPGROUP.DEPBAR.LE"], (kernel["name"], after[:4])
         seen += 1
-    assert seen == 72 + DQQ_KERNELS + M128_KERNELS
+    assert seen == 72 + DQQ_KERNELS + M128_KERNELS + EARLY_KERNELS
 
 
 def test_no_step_has_its_wgmmas_serialized(bwd_archive):
@@ -490,7 +501,7 @@ def test_persistent_kernels_launch_one_program_per_sm(bwd_archive):
         assert v.steps[1].kernel.constexprs["PERSISTENT"] is True
         assert v.deterministic is bool(v.config["det"])
     for v in declared():
-        if not v.config.get("wide"):
+        if not v.config.get("wide") and not v.config.get("early"):
             assert v.steps[1].kernel.constexprs["PERSISTENT"] is bool(v.config.get("persistent"))
     assert family.excluded("sm_90", "bwd", FunctionalKey("bf16", 256, True),
                            persistent[0].config) is not None  # 256 runs on the wide kernel
@@ -509,3 +520,114 @@ def test_persistent_kernels_launch_one_program_per_sm(bwd_archive):
         bundle.backward(prob, workspace=0x7e0000000000, workspace_size=size)
         grids = [launch["grid"] for launch in bundle.recorded_launches()["launches"]]
     assert grids[1] == [132, 1, 1]
+
+
+class _PlainBlock:
+    """bwd.KeyBlock's fields as plain ints (its Gluon aggregate takes tensors only)."""
+    def __init__(self, b, h_kv, n0, h_first, h_end, m_first):
+        self.b, self.h_kv, self.n0 = b, h_kv, n0
+        self.h_first, self.h_end, self.m_first = h_first, h_end, m_first
+
+
+class _PlainGl(GridProgram):
+    cdiv = staticmethod(lambda a, b: -(-a // b))
+    maximum = staticmethod(max)
+
+
+@pytest.mark.parametrize("head_dim", [64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("Hq,Hkv,Sq,Sk", [(2, 2, 1000, 300), (8, 2, 512, 512), (4, 1, 64, 1000),
+                                          (2, 2, 1, 128), (8, 1, 4096, 4096), (2, 2, 300, 1)])
+def test_early_convert_waits_for_exactly_the_adds_the_dkdv_walk_makes(
+        monkeypatch, head_dim, causal, Hq, Hkv, Sq, Sk):
+    """`early` (bwd.py READY), run as plain Python: every dK/dV program walks its key block's
+    query tiles (bwd._key_block_at, KeyBlock.num_tiles and next_tile, the kernel's own source)
+    and each consumer adds its dQ share (_dq_mine: both on 128-wide tiles, alternate tiles on
+    64-wide ones); the count of adds into each query tile is what the convert waits for
+    (bwd._tile_adds), and _publish_adds finds the tiles by _block_tile in the walk's order. A
+    count too low would convert a tile before its last add; too high, wait forever."""
+    bwd = kernel_module("bwd")
+    num_tiles, next_tile = bwd.KeyBlock.num_tiles.fn, bwd.KeyBlock.next_tile.fn
+    monkeypatch.setattr(bwd, "gl", _PlainGl(0, 0, 1, 1))
+    monkeypatch.setattr(bwd, "KeyBlock", _PlainBlock)
+    monkeypatch.setattr(bwd, "HALF_N", bwd.HALF_N.value)
+    monkeypatch.setattr(bwd, "KEYS_PER_DKDV_PROGRAM", bwd.KEYS_PER_DKDV_PROGRAM.value)
+    adds = {}
+    for bh in range(Hkv):  # B = 1
+        for block in range(-(-Sk // 128)):
+            blk = bwd._key_block_at.fn(block, bh, Hq, Hkv, 64, causal, 2)
+            per_head = -(-max(Sq - blk.m_first, 0) // 64)
+            h, m0 = blk.h_first, blk.m_first
+            for t in range(num_tiles(blk, Sq, 64)):
+                assert bwd._block_tile.fn(blk, t, per_head, 64) == (h, m0)
+                for consumer in (0, 1):
+                    if head_dim >= 128 or t % 2 == consumer:
+                        adds[(h, m0)] = adds.get((h, m0), 0) + 1
+                h, m0 = next_tile(blk, h, m0, Sq, 64)
+    for h in range(Hq):
+        for m0 in range(0, Sq, 64):
+            assert adds.get((h, m0), 0) == bwd._tile_adds.fn(m0, Sk, head_dim, causal), (h, m0)
+
+
+def test_early_convert_is_declared_launched_and_built_as_it_says(bwd_archive):
+    """`early`: the non-persistent tma1 and dqq kernels of 64-row tiles at head dims 96/128,
+    not deterministic; three steps whose preprocess zeroes the counters, dK/dV publishes, and
+    convert waits; a third workspace buffer, [B, Hq, cdiv(Sq, 64)] counters, after Δ and the
+    accumulator (256-byte aligned), the same address in all three launches. In the SASS: the
+    convert spins on an acquire load (LDG.E.STRONG.GPU with its L1 invalidation, CCTL.IVALL)
+    with NANOSLEEP; each dK/dV consumer waits for its bulk reduces, fences the async proxy
+    (FENCE.VIEW.ASYNC.G) and publishes with release adds (MEMBAR.ALL.GPU, REDG.E.ADD.STRONG.GPU);
+    the convert's one wait for the grid ahead comes after its spin and its stores."""
+    early = [v for v in declared() if v.config.get("early")]
+    assert len(early) == EARLY_KERNELS and not any(v.deterministic for v in early)
+    assert {(v.key.head_dim, v.config.get("dqq", 0), v.key.causal) for v in early} == {
+        (d, q, c) for d in (96, 128) for q, c in ((0, False), (0, True), (1, False))}
+    family = load_families()["gluon"]
+    for key in (FunctionalKey("bf16", 64, False), FunctionalKey("bf16", 256, False)):
+        assert family.excluded("sm_90", "bwd", key, early[0].config) is not None
+    for other in ({"persistent": 1}, {"M": 128}, {"tma": 0}):
+        config = {**early[0].config, **other}
+        assert "READY" in family.excluded("sm_90", "bwd", early[0].key, config)
+    ar = read_archive(bwd_archive)
+    kernel, twin = ar.kernel(EARLY), ar.kernel(EARLY.removesuffix("_early1"))
+    assert [s["symbol"] for s in kernel["steps"]] == [
+        "attn_bwd_preprocess_ready", "attn_bwd_dkdv_dq_tma_ready", "attn_bwd_dq_convert_ready"]
+    assert kernel["workspace"] == twin["workspace"] + [{"name": "dq_ready",
+                                                        "shape": ["B", "Hq", "Sq/64"]}]
+    assert [s["grid"] for s in kernel["steps"]] == [s["grid"] for s in twin["steps"]]
+    B, Hq, Hkv, Sq, Sk, D = 2, 8, 2, 1000, 300, 128
+    ptrs = {t: 0x7f0000000000 + (i << 28) for i, t in
+            enumerate(("q", "k", "v", "o", "do", "dq", "dk", "dv", "lse"))}
+    base = 0x7e0000000000
+    with rt.Bundle(bwd_archive, recording=True) as bundle:
+        prob = rt.make_problem("bwd", "bf16", B=B, Hq=Hq, Hkv=Hkv, Sq=Sq, Sk=Sk, D=D,
+                               causal=False, pointers=ptrs, kernel=EARLY)
+        size = bundle.workspace_size(prob)
+        bundle.backward(prob, workspace=base, workspace_size=size)
+        launches = bundle.recorded_launches()["launches"]
+    align = lambda n: -(-n // 256) * 256
+    ready_at = align(align(4 * B * Hq * Sq) + 4 * B * Hq * Sq * D)
+    assert size == ready_at + 4 * B * Hq * math.ceil(Sq / 64)
+    assert len(launches) == 3
+    for launch, step in zip(launches, kernel["steps"]):
+        names = [p[0] for p in step["params"]]
+        at = dict(zip(names, param_offsets([p[1] for p in step["params"]])))
+        assert struct.unpack_from("<Q", bytes.fromhex(launch["args"]), at["dq_ready"])[0] == \
+            base + ready_at
+    if not cuobjdump().is_file():
+        pytest.skip(f"no cuobjdump in the triton package ({cuobjdump()})")
+    from attnpack.builder import sass
+    pre, dkdv, convert = ("\n".join(sass.instructions(ar.image(s["image"])))
+                          for s in kernel["steps"])
+    assert re.search(r"LDG\.E\.STRONG\.GPU .*\n\s*CCTL\.IVALL", convert) and "NANOSLEEP" in convert
+    assert len(re.findall(r"FENCE\.VIEW\.ASYNC\.G", dkdv)) == 2  # one a consumer
+    assert len(re.findall(r"MEMBAR\.ALL\.GPU[^\n]*\n(?:[^\n]*\n){0,4}?[^\n]*REDG\.E\.ADD\.STRONG"
+                          r"\.GPU", dkdv)) == 2
+    assert "STRONG" not in "\n".join(sass.instructions(ar.image(twin["steps"][2]["image"])))
+    assert "UTMAREDG" in dkdv and re.search(r"STG\.E [^\n]*, RZ", pre)
+    # griddepcontrol.wait (ACQBULK) and launch_dependents (PREEXIT) once in each step; the
+    # convert waits for the dK/dV grid only after its spin and its stores (one program does)
+    ops = [[sass.opcode(line) for line in code.splitlines()] for code in (pre, dkdv, convert)]
+    assert [(o.count("ACQBULK"), o.count("PREEXIT")) for o in ops] == [(1, 1)] * 3
+    last_store = max(i for i, op in enumerate(ops[2]) if op.startswith("STG"))
+    assert ops[2].index("ACQBULK") > max(ops[2].index("NANOSLEEP"), last_store)

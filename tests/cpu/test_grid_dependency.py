@@ -50,7 +50,8 @@ def test_a_step_is_programmatic_exactly_where_its_kernel_waits_for_the_grid_ahea
     for (family, base, pdl), image in sorted(sample.items()):
         opcodes = [sass.opcode(i) for i in sass.instructions(archive.image(image))]
         found = opcodes.count("ACQBULK"), opcodes.count("PREEXIT")
-        # programmatic: one wait before the first memory access, one release of the next grid
+        # programmatic: one wait (before the first memory access; the early convert's, gluon
+        # `early`, at its end), one release of the next grid
         assert found == ((1, 1) if pdl else (0, 0)), (family, base, found)
     # at least the forward, the fast backward's three launches and the deterministic one's two
     assert {"attn_fwd_pingpong", "attn_bwd_preprocess", "attn_bwd_dkdv_dq_tma",

@@ -47,10 +47,12 @@ SMOKE_TIMEOUT_S = 60  # the child's start: torch, CUDA context, archive
 # backward configs per key (family.BWD_CONFIGS): det0 with atomic or TMA dQ, 2 and 3 stages;
 # det1 with qN 64 and 128; the persistent dK/dV ones (det0 tma1 at 2 and 3 stages, det1 qN64);
 # at head dims 96 and 128 without a mask also TMA dQ queued behind dV and dK (`dqq`), 2 and 3
-# stages; at head dim 64 also two with 128 query rows a dK/dV step (tma1, and tma1 persistent);
-# at head dim 256 the two wide configs (bwd_wide.py), det0 and det1
+# stages; at head dims 96 and 128 the convert started early (`early`: tma1 and dqq, 2 and 3
+# stages); at head dim 64 also two with 128 query rows a dK/dV step (tma1, and tma1
+# persistent); at head dim 256 the two wide configs (bwd_wide.py), det0 and det1
 CONFIGS_PER_KEY = 11
 DQQ_CONFIGS_PER_KEY = 2
+EARLY_CONFIGS_PER_KEY = 2  # and the dqq ones' two without a mask
 M128_CONFIGS_PER_KEY = 2
 WIDE_CONFIGS_PER_KEY = 2
 HEAD_DIMS = (64, 96, 128, 256)  # 96 on 128-wide tiles, 256 on the wide kernel
@@ -60,8 +62,9 @@ def configs_per_key(head_dim, causal):
     if head_dim == 256:
         return WIDE_CONFIGS_PER_KEY
     queued = DQQ_CONFIGS_PER_KEY if head_dim in (96, 128) and not causal else 0
+    early = EARLY_CONFIGS_PER_KEY * (1 + (queued > 0)) if head_dim in (96, 128) else 0
     rows128 = M128_CONFIGS_PER_KEY if head_dim == 64 else 0
-    return CONFIGS_PER_KEY + queued + rows128
+    return CONFIGS_PER_KEY + queued + early + rows128
 
 
 @pytest.fixture(scope="session")
@@ -110,7 +113,8 @@ def test_every_declared_kernel_is_in_the_archive(archive):
     # (fp16, bf16) x (64, 96, 128 | 256) x (full, causal); dqq at (96, 128) full; M128 at 64
     assert names == sorted(all_kernels())
     assert len(names) == (12 * CONFIGS_PER_KEY + 4 * DQQ_CONFIGS_PER_KEY
-                          + 4 * WIDE_CONFIGS_PER_KEY + 4 * M128_CONFIGS_PER_KEY)
+                          + 4 * WIDE_CONFIGS_PER_KEY + 4 * M128_CONFIGS_PER_KEY
+                          + 4 * 3 * EARLY_CONFIGS_PER_KEY)
 
 
 def test_smoke_every_kernel_finishes(archive):

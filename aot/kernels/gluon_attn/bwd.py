@@ -14,6 +14,12 @@ in three launches or two, in one of two variants (the `det` knob of family.py):
                            (stored for the next launch), then sums its dQ in registers
                            dK/dV kernel: dK, dV only
 
+With the family's `early` knob (READY here) the fast variant's convert starts before the dK/dV
+kernel ends: the preprocess also zeroes a counter per query tile, each dK/dV program (one key
+block) publishes its complete dQ adds on those counters as it ends, and the convert, which does
+not wait for the dK/dV grid, converts each tile once its counter holds every add, on the SMs
+the dK/dV kernel's last round leaves idle.
+
 The atomics make the fast variant's dQ depend on the order programs finish in; the
 deterministic one recomputes P and dP in the dQ kernel (7 GEMMs per tile pair instead of 5)
 and gives bitwise-equal results from run to run.
@@ -102,6 +108,84 @@ def _next_slot(stage, phase, STAGES: gl.constexpr):
 
 
 # --------------------------------------------------------------------------------------------
+# READY: per query tile, a counter of the dK/dV programs' dQ adds that are complete
+# --------------------------------------------------------------------------------------------
+KEYS_PER_DKDV_PROGRAM = gl.constexpr(2 * HALF_N.value)  # a dK/dV program's key block
+
+
+@gluon.jit
+def _ready_counter(dq_ready, bh, tile, Sq, BLOCK_M: gl.constexpr):
+    """The int32 counter of query tile `tile` (rows tile·BLOCK_M..) of batch·query head `bh`."""
+    counters = dq_ready.to(gl.pointer_type(gl.int32), bitcast=True)
+    return counters + bh.to(gl.int64) * gl.cdiv(Sq, BLOCK_M) + tile
+
+
+@gluon.jit
+def _tile_adds(m0, Sk, HEAD_DIM: gl.constexpr, CAUSAL: gl.constexpr):
+    """The dQ adds the dK/dV programs make into the query tile at rows m0..: one a key block
+    (every block, or under causal those from key 0 to the tile's first row: a block's programs
+    start at the tile holding its first key) from each consumer on 128-wide tiles (a column
+    half each), from one of them on 64-wide ones (_dq_mine)."""
+    blocks = gl.cdiv(Sk, KEYS_PER_DKDV_PROGRAM)
+    if CAUSAL:
+        blocks = gl.minimum(m0 // KEYS_PER_DKDV_PROGRAM + 1, blocks)
+    adds = blocks
+    if HEAD_DIM >= 128:
+        adds = blocks * 2
+    return adds
+
+
+@gluon.jit
+def _block_tile(blk, j, per_head, BLOCK_M: gl.constexpr):
+    """(head, first row) of the j-th query tile of key block `blk`'s walk, in KeyBlock.next_tile's
+    order: `per_head` tiles a head, from row blk.m_first."""
+    return blk.h_first + j // per_head, blk.m_first + (j % per_head) * BLOCK_M
+
+
+@gluon.jit
+def _wait_count(counter, count):
+    """Every thread waits (acquire, GPU scope) until `counter` holds at least `count`."""
+    layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    at = counter + gl.full([128], 0, gl.int32, layout)  # one address a thread, all the same
+    gl.inline_asm_elementwise(
+        "{\n\t.reg .pred p;\n\t.reg .u32 v;\n\tWAIT:\n\t"
+        "ld.acquire.gpu.global.u32 v, [$1];\n\tsetp.lt.u32 p, v, $2;\n\t@!p bra DONE;\n\t"
+        "nanosleep.u32 64;\n\tbra WAIT;\n\tDONE:\n\tmov.b32 $0, v;\n\t}",
+        "=r,l,r", [at, gl.full([128], count, gl.int32, layout)], dtype=gl.int32,
+        is_pure=False, pack=1)
+
+
+@gluon.jit
+def _publish_adds(dq_ready, blk, Hq, Sq, CONSUMER: gl.constexpr, BLOCK_M: gl.constexpr,
+                  HEAD_DIM: gl.constexpr):
+    """READY, at the end of a key block (non-persistent programs only: the tile count t is the
+    block's own): once this consumer's dQ reduce-adds are complete in global memory, one
+    release add on the counter of every query tile it added into (attn_bwd_dq_convert_ready
+    converts a tile once its counter holds every add)."""
+    # The thread that issued the reduces waits for their writes (not only for their reads of
+    # the staging tile, as tma.store_wait does) and orders them before its generic accesses;
+    # then the consumer's threads meet, and each publishes a share of the tiles.
+    gl.inline_asm_elementwise("cp.async.bulk.wait_group 0;\n\tfence.proxy.async.global;"
+                              "\n\tmov.b32 $0, 0;", "=r", [], dtype=gl.int32, is_pure=False,
+                              pack=1)
+    gl.thread_barrier()
+    layout: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    per_head = gl.cdiv(gl.maximum(Sq - blk.m_first, 0), BLOCK_M)
+    tiles = (blk.h_end - blk.h_first) * per_head
+    for j0 in range(0, tiles, 128):
+        j = j0 + gl.arange(0, 128, layout=layout)   # the block's tiles in walk order
+        h, m0 = _block_tile(blk, j, gl.maximum(per_head, 1), BLOCK_M)
+        mine = j < tiles
+        if HEAD_DIM < 128:
+            mine = mine & (j % 2 == CONSUMER)       # _dq_mine: alternate tiles
+        at = _ready_counter(dq_ready, blk.b * Hq + h, m0 // BLOCK_M, Sq, BLOCK_M)
+        gl.inline_asm_elementwise(
+            "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, $2, 0;\n\t"
+            "@p red.release.gpu.global.add.u32 [$1], 1;\n\tmov.b32 $0, 0;\n\t}",
+            "=r,l,r", [at, mine.to(gl.int32)], dtype=gl.int32, is_pure=False, pack=1)
+
+
+# --------------------------------------------------------------------------------------------
 # preprocess: Δ = rowsum(dO ⊙ O), and (fast variant) the zeroed dQ accumulator
 # --------------------------------------------------------------------------------------------
 @gluon.jit
@@ -114,6 +198,32 @@ def attn_bwd_preprocess(o, do, delta, dq_accum,
     """grid: (cdiv(Sq, BLOCK_M), B * Hq); num_warps = 4. HEAD_DIM is the tile width, D the
     tensors' head dim (96 runs on 128-wide tiles)."""
     grid_dependency.enter()  # before any global memory access: grid_dependency.py
+    _preprocess_rows(o, do, delta, dq_accum, o_stride_b, o_stride_h, o_stride_s,
+                     do_stride_b, do_stride_h, do_stride_s, Hq, Sq, HEAD_DIM, D, BLOCK_M,
+                     ZERO_DQ)
+
+
+@gluon.jit
+def attn_bwd_preprocess_ready(o, do, delta, dq_accum, dq_ready,
+                              o_stride_b, o_stride_h, o_stride_s,
+                              do_stride_b, do_stride_h, do_stride_s,
+                              Hq, Sq,
+                              HEAD_DIM: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr):
+    """attn_bwd_preprocess of the fast variant whose convert starts early (READY): also zeroes
+    the program's query tile's counter (`dq_ready`, [B, Hq, cdiv(Sq, BLOCK_M)] int32 in a float32
+    workspace); BLOCK_M is the dK/dV kernel's query tile."""
+    grid_dependency.enter()  # before any global memory access: grid_dependency.py
+    _preprocess_rows(o, do, delta, dq_accum, o_stride_b, o_stride_h, o_stride_s,
+                     do_stride_b, do_stride_h, do_stride_s, Hq, Sq, HEAD_DIM, D, BLOCK_M, True)
+    gl.store(_ready_counter(dq_ready, gl.program_id(1), gl.program_id(0), Sq, BLOCK_M), 0)
+
+
+@gluon.jit
+def _preprocess_rows(o, do, delta, dq_accum, o_stride_b, o_stride_h, o_stride_s,
+                     do_stride_b, do_stride_h, do_stride_s, Hq, Sq,
+                     HEAD_DIM: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr,
+                     ZERO_DQ: gl.constexpr):
+    """Δ of this program's BLOCK_M rows of (batch, query head), and their zeroed accumulator."""
     # 16-byte vectors along the head dim, as many rows per warp as the head dim leaves.
     lanes_d: gl.constexpr = HEAD_DIM // 8
     layout: gl.constexpr = gl.BlockedLayout([1, 8], [32 // lanes_d, lanes_d], [4, 1], [1, 0])
@@ -147,6 +257,37 @@ def attn_bwd_dq_convert(dq_accum, dq, dq_stride_b, dq_stride_h, dq_stride_s, Hq,
     """grid: (cdiv(Sq, BLOCK_M), B * Hq); num_warps = 4. HEAD_DIM is the tile width, D the
     head dim (the accumulator's rows are D floats)."""
     grid_dependency.enter()  # before any global memory access: grid_dependency.py
+    _convert_rows(dq_accum, dq, dq_stride_b, dq_stride_h, dq_stride_s, Hq, Sq, sm_scale,
+                  HEAD_DIM, D, BLOCK_M)
+
+
+@gluon.jit
+def attn_bwd_dq_convert_ready(dq_accum, dq, dq_ready, dq_stride_b, dq_stride_h, dq_stride_s,
+                              Hq, Sq, Sk, sm_scale,
+                              HEAD_DIM: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr,
+                              CAUSAL: gl.constexpr):
+    """attn_bwd_dq_convert that starts before the dK/dV kernel ends (READY): launched
+    programmatically behind it, it waits for its own query tile's counter to hold every add
+    the dK/dV programs make into the tile (each publishes its adds once they are complete in
+    global memory: _publish_adds), not for the whole grid. A programmatic launch places a grid
+    only once every program of the grid ahead has started and let it (grid_dependency.enter),
+    so these waits never hold a dK/dV program off an SM: in the dK/dV kernel's last round its
+    idle SMs convert the tiles already complete. One program waits for the dK/dV grid at its
+    end, so this grid completes after that one and the work behind it in the stream finds dK
+    and dV written, however it is launched. BLOCK_M is the dK/dV kernel's query tile."""
+    grid_dependency.allow_dependents()  # no wait for the grid ahead: the counter says when
+    adds = _tile_adds(gl.program_id(0) * BLOCK_M, Sk, HEAD_DIM, CAUSAL)
+    _wait_count(_ready_counter(dq_ready, gl.program_id(1), gl.program_id(0), Sq, BLOCK_M), adds)
+    _convert_rows(dq_accum, dq, dq_stride_b, dq_stride_h, dq_stride_s, Hq, Sq, sm_scale,
+                  HEAD_DIM, D, BLOCK_M)
+    if (gl.program_id(0) == 0) & (gl.program_id(1) == 0):
+        grid_dependency.wait_for_previous()
+
+
+@gluon.jit
+def _convert_rows(dq_accum, dq, dq_stride_b, dq_stride_h, dq_stride_s, Hq, Sq, sm_scale,
+                  HEAD_DIM: gl.constexpr, D: gl.constexpr, BLOCK_M: gl.constexpr):
+    """dQ of this program's BLOCK_M rows of (batch, query head) from their accumulator."""
     lanes_d: gl.constexpr = HEAD_DIM // 4
     layout: gl.constexpr = gl.BlockedLayout([1, 4], [32 // lanes_d, lanes_d], [4, 1], [1, 0]) \
         if HEAD_DIM <= 128 else gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0])
@@ -646,12 +787,13 @@ def _dkdv_tile(smem, bars, dq_out, dk_acc, dv_acc, k, v, key0, t, stage, phase, 
 
 
 @gluon.jit
-def _dkdv_consume(smem, bars, lse_ptr, delta_ptr, dq_out, dk, dv,
+def _dkdv_consume(smem, bars, lse_ptr, delta_ptr, dq_out, dq_ready, dk, dv,
                   dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
                   B, Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
                   CONSUMER: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr,
                   D: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                  DQ_ADD: gl.constexpr, DQ_QUEUE: gl.constexpr, PERSISTENT: gl.constexpr):
+                  DQ_ADD: gl.constexpr, DQ_QUEUE: gl.constexpr, PERSISTENT: gl.constexpr,
+                  READY: gl.constexpr):
     """dK and dV of this consumer's 64 keys over every query tile of the program's key block
     (PERSISTENT: of each key block of its work units); unless DQ_NONE also its share of each
     tile's dQ (DQ_QUEUE: queued behind dV and dK)."""
@@ -667,29 +809,30 @@ def _dkdv_consume(smem, bars, lse_ptr, delta_ptr, dq_out, dk, dv,
                 block, bh = _unit_block(unit, half, B * Hkv, blocks, snake, CAUSAL)
                 blk = _key_block_at(block, bh, Hq, Hkv, BLOCK_M, CAUSAL, 2)
                 t, _, _ = _consume_block(
-                    smem, bars, dq_out, dk, dv, dk_stride_b, dk_stride_h, dk_stride_s,
-                    dv_stride_b, dv_stride_h, dv_stride_s, blk, t, zero, zero, it,
+                    smem, bars, dq_out, dq_ready, dk, dv, dk_stride_b, dk_stride_h,
+                    dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s, blk, t, zero, zero, it,
                     Hq, Sq, Sk, qk_scale, sm_scale, CONSUMER, BLOCK_M, HEAD_DIM, D, STAGES,
-                    CAUSAL, DQ_ADD, DQ_QUEUE, PERSISTENT)
+                    CAUSAL, DQ_ADD, DQ_QUEUE, PERSISTENT, False)
                 it += 1
     else:
         blk = _key_block(Hq, Hkv, Sq, Sk, BLOCK_M, CAUSAL, 2)
         zero = gl.to_tensor(0)  # the counters are loop-carried tensors, not constexprs
-        _consume_block(smem, bars, dq_out, dk, dv, dk_stride_b, dk_stride_h, dk_stride_s,
-                       dv_stride_b, dv_stride_h, dv_stride_s, blk, zero, zero, zero, zero,
-                       Hq, Sq, Sk, qk_scale, sm_scale, CONSUMER, BLOCK_M, HEAD_DIM, D, STAGES,
-                       CAUSAL, DQ_ADD, DQ_QUEUE, PERSISTENT)
+        _consume_block(smem, bars, dq_out, dq_ready, dk, dv, dk_stride_b, dk_stride_h,
+                       dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s, blk, zero, zero,
+                       zero, zero, Hq, Sq, Sk, qk_scale, sm_scale, CONSUMER, BLOCK_M, HEAD_DIM,
+                       D, STAGES, CAUSAL, DQ_ADD, DQ_QUEUE, PERSISTENT, READY)
     if PERSISTENT and DQ_ADD == DQ_TMA:
         tma.store_wait(0)  # the last reduce has read its staging tile before the program ends
 
 
 @gluon.jit
-def _consume_block(smem, bars, dq_out, dk, dv,
+def _consume_block(smem, bars, dq_out, dq_ready, dk, dv,
                    dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
                    blk, t, stage, phase, it, Hq, Sq, Sk, qk_scale, sm_scale,
                    CONSUMER: gl.constexpr, BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr,
                    D: gl.constexpr, STAGES: gl.constexpr, CAUSAL: gl.constexpr,
-                   DQ_ADD: gl.constexpr, DQ_QUEUE: gl.constexpr, PERSISTENT: gl.constexpr):
+                   DQ_ADD: gl.constexpr, DQ_QUEUE: gl.constexpr, PERSISTENT: gl.constexpr,
+                   READY: gl.constexpr):
     """This consumer's 64 keys of key block `blk` (its `it`-th) over the block's query tiles,
     the first of them the program's t-th, in ring slot `stage` at `phase`; stores dK and dV and
     returns (t, stage, phase) after the block. PERSISTENT: K and V are given back (kv_free)
@@ -728,6 +871,10 @@ def _consume_block(smem, bars, dq_out, dk, dv,
     # ---- epilogue: dK carries the softmax scale; keys no query sees get exact zeros
     if not PERSISTENT and DQ_ADD == DQ_TMA:
         tma.store_wait(0)  # the last reduce has read its staging tile before the program ends
+    if READY:
+        # before dK and dV leave: the release then waits for no store of theirs
+        gl.static_assert(DQ_ADD == DQ_TMA and not PERSISTENT, "READY: TMA adds, one key block")
+        _publish_adds(dq_ready, blk, Hq, Sq, CONSUMER, BLOCK_M, HEAD_DIM)
     _store_rows(dv, dv_stride_b, dv_stride_h, dv_stride_s, dv_acc, blk.b, blk.h_kv, key0, Sk,
                 kv_layout, HALF_N, HEAD_DIM, D)
     _store_rows(dk, dk_stride_b, dk_stride_h, dk_stride_s, dk_acc * sm_scale, blk.b, blk.h_kv,
@@ -736,12 +883,12 @@ def _consume_block(smem, bars, dq_out, dk, dv,
 
 
 @gluon.jit
-def _dkdv_program(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_out, dk, dv,
-                  dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
-                  B, Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
+def _dkdv_program(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_out, dq_ready,
+                  dk, dv, dk_stride_b, dk_stride_h, dk_stride_s,
+                  dv_stride_b, dv_stride_h, dv_stride_s, B, Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
                   BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, D: gl.constexpr,
                   STAGES: gl.constexpr, CAUSAL: gl.constexpr, DQ_ADD: gl.constexpr,
-                  DQ_QUEUE: gl.constexpr, PERSISTENT: gl.constexpr,
+                  DQ_QUEUE: gl.constexpr, PERSISTENT: gl.constexpr, READY: gl.constexpr,
                   CONSUMER_REGS: gl.constexpr, LOAD_REGS: gl.constexpr):
     gl.static_assert(DQ_ADD != DQ_NONE or not DQ_QUEUE, "DQ_QUEUE queues the fused dQ")
     dtype: gl.constexpr = q_desc.dtype
@@ -785,16 +932,18 @@ def _dkdv_program(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_out, d
     # function into a runtime value (fwd.py's attn_fwd_pingpong says more).
     grid_dependency.enter()  # before any global memory access: grid_dependency.py
     gl.warp_specialize([
-        (_dkdv_consume, (smem, bars, lse_ptr, delta_ptr, dq_out, dk, dv,
+        (_dkdv_consume, (smem, bars, lse_ptr, delta_ptr, dq_out, dq_ready, dk, dv,
                          dk_stride_b, dk_stride_h, dk_stride_s,
                          dv_stride_b, dv_stride_h, dv_stride_s,
                          B, Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
-                         0, BLOCK_M, HEAD_DIM, D, STAGES, CAUSAL, DQ_ADD, DQ_QUEUE, PERSISTENT)),
-        (_dkdv_consume, (smem, bars, lse_ptr, delta_ptr, dq_out, dk, dv,
+                         0, BLOCK_M, HEAD_DIM, D, STAGES, CAUSAL, DQ_ADD, DQ_QUEUE, PERSISTENT,
+                         READY)),
+        (_dkdv_consume, (smem, bars, lse_ptr, delta_ptr, dq_out, dq_ready, dk, dv,
                          dk_stride_b, dk_stride_h, dk_stride_s,
                          dv_stride_b, dv_stride_h, dv_stride_s,
                          B, Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
-                         1, BLOCK_M, HEAD_DIM, D, STAGES, CAUSAL, DQ_ADD, DQ_QUEUE, PERSISTENT)),
+                         1, BLOCK_M, HEAD_DIM, D, STAGES, CAUSAL, DQ_ADD, DQ_QUEUE, PERSISTENT,
+                         READY)),
         (_dkdv_load_persistent, (q_desc, k_desc, v_desc, do_desc, smem, bars, lse_ptr,
                                  delta_ptr, B, Hq, Hkv, Sq, Sk, sm_scale,
                                  BLOCK_M, STAGES, CAUSAL, 2))
@@ -816,10 +965,10 @@ def attn_bwd_dkdv_dq_atomic(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr,
     """Fast variant: dK, dV, and dQ added into the fp32 accumulator with atomics; DQ_QUEUE
     queues each tile's dQ GEMM behind its dV and dK (_dkdv_tile).
     grid: (cdiv(Sk, 128), B * Hkv), or (num_sms,) when PERSISTENT; num_warps = 4 (consumer 0)."""
-    _dkdv_program(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_accum, dk, dv,
-                  dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
-                  B, Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
-                  BLOCK_M, HEAD_DIM, D, STAGES, CAUSAL, DQ_ATOMIC, DQ_QUEUE, PERSISTENT,
+    _dkdv_program(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_accum, delta_ptr,
+                  dk, dv, dk_stride_b, dk_stride_h, dk_stride_s,
+                  dv_stride_b, dv_stride_h, dv_stride_s, B, Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
+                  BLOCK_M, HEAD_DIM, D, STAGES, CAUSAL, DQ_ATOMIC, DQ_QUEUE, PERSISTENT, False,
                   CONSUMER_REGS, LOAD_REGS)
 
 
@@ -837,10 +986,30 @@ def attn_bwd_dkdv_dq_tma(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_ptr, delt
     [BLOCK_M, HEAD_DIM]); the reduce drops a tile's rows past Sq and columns past D. DQ_QUEUE
     queues each tile's dQ GEMM behind its dV and dK (_dkdv_tile).
     grid: (cdiv(Sk, 128), B * Hkv), or (num_sms,) when PERSISTENT; num_warps = 4 (consumer 0)."""
-    _dkdv_program(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_desc, dk, dv,
-                  dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
-                  B, Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
-                  BLOCK_M, HEAD_DIM, D, STAGES, CAUSAL, DQ_TMA, DQ_QUEUE, PERSISTENT,
+    _dkdv_program(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_desc, delta_ptr,
+                  dk, dv, dk_stride_b, dk_stride_h, dk_stride_s,
+                  dv_stride_b, dv_stride_h, dv_stride_s, B, Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
+                  BLOCK_M, HEAD_DIM, D, STAGES, CAUSAL, DQ_TMA, DQ_QUEUE, PERSISTENT, False,
+                  CONSUMER_REGS, LOAD_REGS)
+
+
+@gluon.jit
+def attn_bwd_dkdv_dq_tma_ready(q_desc, k_desc, v_desc, do_desc, dq_desc, lse_ptr, delta_ptr,
+                               dq_ready, dk, dv, dk_stride_b, dk_stride_h, dk_stride_s,
+                               dv_stride_b, dv_stride_h, dv_stride_s,
+                               B, Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
+                               BLOCK_M: gl.constexpr, HEAD_DIM: gl.constexpr, D: gl.constexpr,
+                               STAGES: gl.constexpr, CAUSAL: gl.constexpr,
+                               DQ_QUEUE: gl.constexpr,
+                               CONSUMER_REGS: gl.constexpr, LOAD_REGS: gl.constexpr):
+    """attn_bwd_dkdv_dq_tma (one key block a program) whose convert starts early (READY): at
+    the end of its block each consumer publishes its complete dQ adds on the query tiles'
+    counters `dq_ready` (_publish_adds), which attn_bwd_dq_convert_ready waits on.
+    grid: (cdiv(Sk, 128), B * Hkv); num_warps = 4 (consumer 0)."""
+    _dkdv_program(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dq_desc, dq_ready,
+                  dk, dv, dk_stride_b, dk_stride_h, dk_stride_s,
+                  dv_stride_b, dv_stride_h, dv_stride_s, B, Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
+                  BLOCK_M, HEAD_DIM, D, STAGES, CAUSAL, DQ_TMA, DQ_QUEUE, False, True,
                   CONSUMER_REGS, LOAD_REGS)
 
 
@@ -853,10 +1022,10 @@ def attn_bwd_dkdv(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, dk, dv,
                   CONSUMER_REGS: gl.constexpr, LOAD_REGS: gl.constexpr):
     """Deterministic variant: dK and dV only (attn_bwd_dq computes dQ).
     grid: (cdiv(Sk, 128), B * Hkv), or (num_sms,) when PERSISTENT; num_warps = 4 (consumer 0)."""
-    _dkdv_program(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, delta_ptr, dk, dv,
-                  dk_stride_b, dk_stride_h, dk_stride_s, dv_stride_b, dv_stride_h, dv_stride_s,
-                  B, Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
-                  BLOCK_M, HEAD_DIM, D, STAGES, CAUSAL, DQ_NONE, False, PERSISTENT,
+    _dkdv_program(q_desc, k_desc, v_desc, do_desc, lse_ptr, delta_ptr, delta_ptr, delta_ptr,
+                  dk, dv, dk_stride_b, dk_stride_h, dk_stride_s,
+                  dv_stride_b, dv_stride_h, dv_stride_s, B, Hq, Hkv, Sq, Sk, qk_scale, sm_scale,
+                  BLOCK_M, HEAD_DIM, D, STAGES, CAUSAL, DQ_NONE, False, PERSISTENT, False,
                   CONSUMER_REGS, LOAD_REGS)
 
 

@@ -43,6 +43,11 @@ the wide head-dim-256 kernels (preprocess, dK/dV, dQ). Config knobs:
   dqq         (det 0, tma 1) 1: each tile's dQ GEMM is queued right behind its dV and dK GEMMs
               (the (Q, dO) slot given back once those are done) instead of issued after them;
               head dims 96 and 128 without a mask only (`excluded` says why)
+  early       (det 0, tma 1, one key block a program) 1: dQ's convert starts before the dK/dV
+              kernel ends: each dK/dV program publishes its complete dQ adds on per-tile
+              counters, and the convert, launched programmatically, converts each query tile
+              once its counter is full (so the dK/dV kernel's last round, with SMs to spare,
+              runs most of the convert); head dims 96 and 128 (`excluded` says why)
   qN          (det 1) key rows per K/V tile of the dQ kernel
   qS          (det 1) the dQ kernel's K/V ring depth, where it differs from `stages`
   persistent  1: one dK/dV program per SM strides over the key blocks (under causal in pairs,
@@ -61,8 +66,10 @@ from attnpack.builder.backends.triton import TritonKernel
 from attnpack.family import FamilySpec, FunctionalKey, Step, TensorMap, Workspace
 from attnpack.targets import TARGETS
 
-from .bwd import (attn_bwd_dkdv, attn_bwd_dkdv_dq_atomic, attn_bwd_dkdv_dq_tma, attn_bwd_dq,
-                  attn_bwd_dq_convert, attn_bwd_preprocess, dq_share_cols)
+from .bwd import (attn_bwd_dkdv, attn_bwd_dkdv_dq_atomic, attn_bwd_dkdv_dq_tma,
+                  attn_bwd_dkdv_dq_tma_ready, attn_bwd_dq, attn_bwd_dq_convert,
+                  attn_bwd_dq_convert_ready, attn_bwd_preprocess, attn_bwd_preprocess_ready,
+                  dq_share_cols)
 from .bwd_wide import attn_bwd_dkdv_wide, attn_bwd_dkdv_wide_dq_atomic, attn_bwd_dq_wide
 from . import fwd
 from .fwd import attn_fwd_pingpong, attn_fwd_pingpong_tail, attn_fwd_tail_zero
@@ -127,6 +134,12 @@ BWD_CONFIGS = (
     # with the TMA reduce only: there the atomic kernels measured slower with it (0.96-0.99x)
     {"M": 64, "stages": 2, "det": 0, "tma": 1, "dqq": 1},
     {"M": 64, "stages": 3, "det": 0, "tma": 1, "dqq": 1},
+    # the convert started early (bwd.py, READY): the tma1 and dqq kernels of one key block a
+    # program, with the counters and the convert that waits on them
+    {"M": 64, "stages": 2, "det": 0, "tma": 1, "early": 1},
+    {"M": 64, "stages": 3, "det": 0, "tma": 1, "early": 1},
+    {"M": 64, "stages": 2, "det": 0, "tma": 1, "dqq": 1, "early": 1},
+    {"M": 64, "stages": 3, "det": 0, "tma": 1, "dqq": 1, "early": 1},
     # persistent dK/dV programs, one per SM over the key blocks (bwd._block_units): the fast
     # TMA variants and the deterministic one that wins short causal keys
     {"M": 64, "stages": 2, "det": 0, "tma": 1, "persistent": 1},
@@ -255,8 +268,15 @@ def _bwd_steps(key: FunctionalKey, config) -> tuple[Step, ...]:
     # The deterministic variant declares no accumulator; its preprocess (the wide kernels'
     # only) gets delta in that slot and never writes it (ZERO_DQ is off).
     pre_words = {"dq_accum": "delta" if det else "dq_accum"}
-    preprocess = _step("bwd_preprocess", attn_bwd_preprocess, pre_words, per_q_rows,
-                       {**dims, "BLOCK_M": rows, "ZERO_DQ": not det})
+    early = bool(config.get("early"))
+    if early:
+        # the counters are kept per dK/dV query tile, the preprocess's and convert's rows
+        assert m == rows, (m, rows)
+        preprocess = _step("bwd_preprocess", attn_bwd_preprocess_ready, pre_words, per_q_rows,
+                           {**dims, "BLOCK_M": rows})
+    else:
+        preprocess = _step("bwd_preprocess", attn_bwd_preprocess, pre_words, per_q_rows,
+                           {**dims, "BLOCK_M": rows, "ZERO_DQ": not det})
     dkdv_maps = (_tensor_map("q_desc", "q", m, key), _tensor_map("k_desc", "k", 64, key),
                  _tensor_map("v_desc", "v", 64, key), _tensor_map("do_desc", "do", m, key))
     dkdv_words = {"lse_ptr": "lse", "delta_ptr": "delta", "qk_scale": "sm_scale_log2"}
@@ -269,7 +289,11 @@ def _bwd_steps(key: FunctionalKey, config) -> tuple[Step, ...]:
                    **regs}
     if not config.get("wide"):
         dkdv_consts["PERSISTENT"] = bool(config.get("persistent", 0))
-    if config.get("wide"):
+    if early:
+        del dkdv_consts["PERSISTENT"]
+        dkdv_kernel = attn_bwd_dkdv_dq_tma_ready
+        dkdv_consts["DQ_QUEUE"] = bool(config.get("dqq", 0))
+    elif config.get("wide"):
         dkdv_kernel = attn_bwd_dkdv_wide if det else attn_bwd_dkdv_wide_dq_atomic
     elif det:
         dkdv_kernel = attn_bwd_dkdv
@@ -282,6 +306,10 @@ def _bwd_steps(key: FunctionalKey, config) -> tuple[Step, ...]:
         block = (1, 1, m, dq_share_cols(d))
         dkdv_maps += (TensorMap.tile("dq_desc", "dq_accum", block, "fp32"),)
     dkdv = _step("bwd_dkdv", dkdv_kernel, dkdv_words, dkdv_grid, dkdv_consts, dkdv_maps)
+    if early:
+        convert = _step("bwd_dq_convert", attn_bwd_dq_convert_ready, {}, per_q_rows,
+                        {**dims, "BLOCK_M": rows, "CAUSAL": key.causal})
+        return preprocess, dkdv, convert
     if not det:
         convert = _step("bwd_dq_convert", attn_bwd_dq_convert, {}, per_q_rows,
                         {**dims, "BLOCK_M": rows})
@@ -325,7 +353,13 @@ def workspace(arch: str, op: str, key: FunctionalKey, config) -> tuple[Workspace
                 Workspace("tail_stat", ("num_sms", f"const:{TAIL_SLOTS * rows * 2}")),
                 Workspace("tail_ctr", ("num_sms", f"const:{TAIL_COUNTERS}")))
     delta = Workspace("delta", ("B", "Hq", "Sq"))
-    return (delta,) if config["det"] else (delta, Workspace("dq_accum", ("B", "Hq", "Sq", "D")))
+    if config["det"]:
+        return (delta,)
+    accum = Workspace("dq_accum", ("B", "Hq", "Sq", "D"))
+    if config.get("early"):
+        # int32 counters in float32 words, one a dK/dV query tile (bwd._ready_counter)
+        return delta, accum, Workspace("dq_ready", ("B", "Hq", f"Sq/{config['M']}"))
+    return delta, accum
 
 
 def shared_memory_bytes(head_dim: int, config, op: str = "fwd") -> int:
@@ -392,6 +426,18 @@ def dq_queue_excluded(key: FunctionalKey) -> str | None:
     return None
 
 
+def early_convert_excluded(key: FunctionalKey, config) -> str | None:
+    """The early convert (`early`, bwd.py READY) publishes a key block's adds when its program
+    ends, so it needs one block a program, the TMA adds (whose completion one thread can wait
+    for) and the convert's 64-row programs on the dK/dV kernel's query tiles; and it is weighed
+    first where the convert costs the most against the rows that miss 1.05x, 128-wide tiles."""
+    if (not config.get("tma") or config.get("persistent") or config["M"] != BWD_ROWS_PER_PROGRAM
+            or tile_dim(key.head_dim) != 128):
+        return ("the early convert serves the non-persistent tma1 kernels of 64-row query tiles "
+                "at head dims 96 and 128 (bwd.py, READY)")
+    return None
+
+
 def four_consumers_excluded(head_dim: int) -> str | None:
     """Four consumers get 112 registers a thread (consumer 0 120). O's accumulator is 32 fp32
     registers a thread at tile width 64 and 64 at 128: there even the 64-key configs spill
@@ -408,6 +454,10 @@ def excluded(arch: str, op: str, key: FunctionalKey, config) -> str | None:
                 "256 only (narrower tiles fit bwd.py's, whose consumers own 64 keys each)")
     if op == "bwd" and config.get("dqq"):
         reason = dq_queue_excluded(key)
+        if reason:
+            return reason
+    if op == "bwd" and config.get("early"):
+        reason = early_convert_excluded(key, config)
         if reason:
             return reason
     if (op == "fwd" and config.get("persistent") and config.get("overlap") and config["N"] == 128

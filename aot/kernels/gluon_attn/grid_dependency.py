@@ -8,7 +8,10 @@ be resident and set up while the other's last blocks drain. So every kernel here
 `wait_for_previous` before it touches global memory, read or write: the wait returns once the
 grid ahead has completed and its writes are visible. A buffer this kernel writes may be one the
 grid ahead still reads (the caching allocator hands memory on), so writes wait too. Launched
-without the attribute, the wait returns at once.
+without the attribute, the wait returns at once. One kernel waits late:
+bwd.attn_bwd_dq_convert_ready reads what the dK/dV programs ahead of it publish on per-tile
+counters as it arrives (those programs waited for the grids before them), and only one of its
+programs waits for the dK/dV grid, at its end.
 
 `allow_dependents` (after the wait) lets the next grid in the stream start its blocks as soon
 as every block of this one has started: those blocks then only wait for this grid to end.
