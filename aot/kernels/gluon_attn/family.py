@@ -287,18 +287,17 @@ def _bwd_steps(key: FunctionalKey, config) -> tuple[Step, ...]:
         dkdv_grid = ((("Sk", keys),), (("B", 1), ("Hkv", 1)), ())
     dkdv_consts = {"BLOCK_M": m, **dims, "STAGES": config["stages"], "CAUSAL": key.causal,
                    **regs}
-    if not config.get("wide"):
+    if not config.get("wide") and not early:  # the early kernel is one key block a program
         dkdv_consts["PERSISTENT"] = bool(config.get("persistent", 0))
     if early:
-        del dkdv_consts["PERSISTENT"]
         dkdv_kernel = attn_bwd_dkdv_dq_tma_ready
-        dkdv_consts["DQ_QUEUE"] = bool(config.get("dqq", 0))
     elif config.get("wide"):
         dkdv_kernel = attn_bwd_dkdv_wide if det else attn_bwd_dkdv_wide_dq_atomic
     elif det:
         dkdv_kernel = attn_bwd_dkdv
     else:
         dkdv_kernel = attn_bwd_dkdv_dq_tma if config.get("tma") else attn_bwd_dkdv_dq_atomic
+    if not det and not config.get("wide"):
         dkdv_consts["DQ_QUEUE"] = bool(config.get("dqq", 0))
     if config.get("tma"):
         # each consumer's dQ share: half the tile's columns on 128-wide tiles (both consumers,
