@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 export ATTNPACK_COMMIT=${ATTNPACK_COMMIT:-unknown} OUT PYTHONUNBUFFERED=1
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader); echo "$gpu"
 [[ "$gpu" == *H200* ]] || { echo "not an H200: runES.sh instead"; bash .carry/runES.sh; exit 0; }
-bash build_tools/tune_merge.sh rows_public .carry/keys_rows_bwd_early_public.json 300 340
+bash build_tools/tune_merge.sh rows_public .carry/keys_rows_bwd_early_public.json 330 370
 echo "tune and merge at $SECONDS s"
 . build_tools/bench_env.sh /tmp/bench-logs
 timeout $((590 - SECONDS)) python3 -m attnpack.cli bench --shapes bench/shapes.json \
