@@ -15,6 +15,7 @@ export ATTNPACK_COMMIT=${ATTNPACK_COMMIT:-unknown} OUT PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name --format=csv,noheader
 bash build_tools/apply_kept.sh descend=docs/device-runs/2026-12-04/scripts/bwd_causal_descend.patch
 bash build_tools/tune_keys.sh gqa_c64 .carry/keys_bwd_gqa_causal_c64.json 480 560
+. build_tools/runtime_env.sh /tmp/tune-logs  # PYTHONPATH for attnpack.cli (run153 lacked it)
 python3 -m attnpack.cli db diff aot/tuning_db/sm_90.jsonl "$OUT/gqa_c64.jsonl" > "$OUT/diff.txt" 2>&1
 echo "diff rc $? at $SECONDS s"; cat "$OUT/diff.txt"
 python3 -m attnpack.cli db show "$OUT/gqa_c64.jsonl" > "$OUT/show.txt" 2>&1; cat "$OUT/show.txt"
