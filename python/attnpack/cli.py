@@ -318,7 +318,8 @@ def db_show(file, as_json, summary):
 @click.argument("new", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def db_diff(old, new, as_json):
-    """List every key whose kernel or family changed, with old/new times and the ratio.
+    """List every key whose kernel or family changed, with old/new times and the ratio (none
+    between entries timed on two GPU models: the row names both).
 
     \b
     Example:

@@ -12,7 +12,7 @@ from attnpack.archive import read_archive
 from attnpack.builder import BuildError
 from attnpack.cli import main
 from attnpack.tune.buckets import gqa_class, seqlen_bucket
-from attnpack.tune.db import TuningDb, dump_db, load_db, problem_key, save_db
+from attnpack.tune.db import TuningDb, diff_dbs, dump_db, load_db, problem_key, save_db
 from conftest import FIXTURES, build
 
 DBS = FIXTURES / "dbs"
@@ -64,6 +64,30 @@ def test_diff_matches_expected_text():
     result = CliRunner().invoke(main, ["db", "diff", str(DBS / "old.jsonl"), str(DBS / "new.jsonl")])
     assert result.exit_code == 0
     assert result.output == (DBS / "diff.txt").read_text()
+
+
+def test_diff_gives_no_ratio_between_gpus(tmp_path):
+    """Entries timed on two GPU models (an H100-tuned file against the H200's database) are not
+    compared by time: the row names both GPUs and has no speedup; one entry of the same GPU in
+    the same file keeps its ratio."""
+    lines = (DBS / "new.jsonl").read_text().splitlines()
+    header = json.loads(lines[0])
+    header["provenance"]["gpu"] = "NVIDIA H100 80GB HBM3"
+    entries = [json.loads(line) for line in lines[1:]]
+    same = next(e for e in entries if e["kernel"] == "triton/fwd/bf16-d128-causal/B")
+    same["gpu"] = "NVIDIA H200"
+    (tmp_path / "h100.jsonl").write_text("\n".join(
+        [json.dumps(header)] + [json.dumps(e) for e in entries]) + "\n")
+    rows = {r["key"]: r for r in diff_dbs(load_db(DBS / "old.jsonl"),
+                                          load_db(tmp_path / "h100.jsonl"))}
+    other = rows["fwd bf16 d128 full gqa1 sq4096 sk4096 streams64"]
+    assert other["speedup"] is None and other["gpus"] == ["NVIDIA H200", "NVIDIA H100 80GB HBM3"]
+    assert rows["fwd bf16 d128 causal gqa1 sq4096 sk4096 streams64"]["speedup"] == 1.2
+    assert "gpus" not in rows["bwd fp16 d64 causal gqa1 sq512 sk512 streams128"]  # added
+    out = CliRunner().invoke(main, ["db", "diff", str(DBS / "old.jsonl"),
+                                    str(tmp_path / "h100.jsonl")]).output
+    assert "1000.0 us -> 800.0 us (timed on NVIDIA H200 -> NVIDIA H100 80GB HBM3: no ratio)" in out
+    assert "600.0 us -> 500.0 us (1.20x)" in out
 
 
 def test_diff_of_identical_dbs():

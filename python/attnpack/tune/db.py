@@ -273,7 +273,9 @@ def save_db(db: TuningDb, path: Path | str) -> None:
 
 
 def diff_dbs(old: TuningDb, new: TuningDb) -> list[dict]:
-    """Every key whose kernel or family changed, appeared or vanished, with times and ratio."""
+    """Every key whose kernel or family changed, appeared or vanished, with times and ratio. Two
+    entries timed on different GPUs (entry_gpu) get no ratio: their times are not comparable,
+    and the row names both GPUs."""
     rows = []
     for key in sorted(set(old.entries) | set(new.entries)):
         a, b = old.entries.get(key), new.entries.get(key)
@@ -282,10 +284,15 @@ def diff_dbs(old: TuningDb, new: TuningDb) -> list[dict]:
         change = "added" if a is None else "removed" if b is None else (
             "family" if a["family"] != b["family"] else "kernel")
         ta, tb = (a or {}).get("time_us"), (b or {}).get("time_us")
-        rows.append({"key": key.text, "change": change,
-                     "old": a and a["kernel"], "new": b and b["kernel"],
-                     "old_us": ta, "new_us": tb,
-                     "speedup": round(ta / tb, 3) if ta and tb else None})
+        gpus = (a and entry_gpu(a, old), b and entry_gpu(b, new))
+        other_gpu = all(gpus) and gpus[0] != gpus[1]
+        row = {"key": key.text, "change": change,
+               "old": a and a["kernel"], "new": b and b["kernel"],
+               "old_us": ta, "new_us": tb,
+               "speedup": round(ta / tb, 3) if ta and tb and not other_gpu else None}
+        if other_gpu:
+            row["gpus"] = list(gpus)
+        rows.append(row)
     return rows
 
 
@@ -297,6 +304,8 @@ def render_diff(rows: list[dict]) -> str:
         times = (f"{r['old_us'] if r['old_us'] is not None else '-'} us -> "
                  f"{r['new_us'] if r['new_us'] is not None else '-'} us")
         ratio = f" ({r['speedup']:.2f}x)" if r["speedup"] else ""
+        if r.get("gpus"):
+            ratio = f" (timed on {r['gpus'][0]} -> {r['gpus'][1]}: no ratio)"
         out.append(f"{r['change']:7} {r['key']}\n"
                    f"        {r['old'] or '-'}\n     -> {r['new'] or '-'}\n"
                    f"        {times}{ratio}")
