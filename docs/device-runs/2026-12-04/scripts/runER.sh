@@ -20,6 +20,7 @@ else
   BUDGET_S=330 bash .carry/runES.sh
   bash build_tools/tune_keys.sh gqa_c64 .carry/keys_bwd_gqa_causal_c64.json $((520 - SECONDS)) \
     $((575 - SECONDS))
+  . build_tools/runtime_env.sh /tmp/tune-logs  # PYTHONPATH for attnpack.cli
   python3 -m attnpack.cli db diff aot/tuning_db/sm_90.jsonl "$OUT/gqa_c64.jsonl" > "$OUT/diff.txt" 2>&1
   echo "diff rc $? at $SECONDS s"; grep -v "^- " "$OUT/diff.txt" | head -40
 fi

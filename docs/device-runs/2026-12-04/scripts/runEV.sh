@@ -2,8 +2,8 @@
 # Prepared in the thirty-sixth session, for an H100 when no H200 comes (issue 15's figures are
 # the H200's): runES.sh (the descending causal walk weighed, its A/B stopped at 400 s), then the
 # committed tree (the patch taken off again) built for the bench and bench/torch_overhead.py,
-# the paired host-time method not yet run anywhere: issue 15's host-time condition, which is
-# the host's, not the GPU model's.
+# the paired host-time method (its first run was this script's, run151): issue 15's host-time
+# condition, which is the host's, not the GPU model's.
 #   usage (device, repo root): ATTNPACK_COMMIT=<sha> OUT=$OUT bash .carry/runEV.sh > $OUT/run.log 2>&1
 cd "$(dirname "$0")/.."
 export ATTNPACK_COMMIT=${ATTNPACK_COMMIT:-unknown} OUT PYTHONUNBUFFERED=1
