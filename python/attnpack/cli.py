@@ -337,33 +337,46 @@ def db_diff(old, new, as_json):
 @click.option("--causal", is_flag=True)
 @click.option("--op", type=click.Choice(["fwd", "bwd"]), default="fwd", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def db_explain(file, shape, dtype, causal, op, as_json):
+@click.option("--gpu", default=None, metavar="NAME",
+              help="On this GPU model (its name as PyTorch reports it): its own entries, "
+                   "<arch>/<name>.jsonl beside FILE, serve first where they have the key.")
+def db_explain(file, shape, dtype, causal, op, as_json, gpu):
     """Show the bucket a shape falls into and the entry chosen for it.
 
     \b
     Example:
       attnpack db explain aot/tuning_db/sm_90.jsonl --shape 4,32,8,4000,4000,128 --causal
+      attnpack db explain aot/tuning_db/sm_90.jsonl --shape 1,32,4,8192,8192,128 --causal \\
+          --op bwd --gpu "NVIDIA H100 80GB HBM3"
     """
-    from attnpack.tune.db import problem_key
+    from attnpack.tune.db import gpu_file_name, problem_key, select_on_gpu
     b, hq, hkv, sq, sk, d = _parse_shape(shape)
     tdb = _load_db(file)
+    gpu_path = gpu and Path(file).parent / tdb.arch / gpu_file_name(gpu)
+    gpu_db = _load_db(gpu_path) if gpu and gpu_path.is_file() else None
     try:
         key = problem_key(op, dtype, d, causal, b, hq, hkv, sq, sk)
     except ValueError as e:
         raise click.ClickException(str(e))
-    entry, rule = tdb.select(op, dtype, d, causal, b, hq, hkv, sq, sk)
+    entry, rule = select_on_gpu(tdb, gpu_db, op, dtype, d, causal, b, hq, hkv, sq, sk)
     if as_json:
         click.echo(json.dumps({"bucket": key.as_dict(), "rule": rule, "entry": entry}, indent=1))
         return
     click.echo(f"shape B={b} Hq={hq} Hkv={hkv} Sq={sq} Sk={sk} D={d} {dtype} "
                f"{'causal' if causal else 'full'} {op}")
     click.echo(f"bucket: {key.text}")
+    if gpu:
+        click.echo(f"{gpu}'s own entries: {gpu_path if gpu_db else f'none ({gpu_path} absent)'}")
     if entry is None:
         click.echo("no entry for this functional key: the archive's per-functional default serves it")
     else:
-        origin = "entry: " if rule == "tuned" else (
-            f"no entry; nearest entry (gqa{entry['gqa']} sq{entry['sq']} sk{entry['sk']} "
-            f"streams{entry['streams']}): ")
+        if rule == "tuned":
+            origin = "entry: "
+        elif rule == "nearest":
+            origin = (f"no entry; nearest entry (gqa{entry['gqa']} sq{entry['sq']} "
+                      f"sk{entry['sk']} streams{entry['streams']}): ")
+        else:  # tuned for the GPU model
+            origin = f"{gpu}'s own entry: "
         click.echo(f"{origin}{entry['family']} {entry['kernel']}"
                    + (f", {entry['time_us']:.1f} us" if entry.get("time_us") else ""))
 
@@ -384,9 +397,13 @@ def db_explain(file, shape, dtype, causal, op, as_json):
 @click.option("--num-sms", type=click.IntRange(1, 100000), default=None,
               help="With --archive: the device's multiprocessor / CU count to explain for "
                    "(kernels may require one: AITER's gfx942 forwards, 304 or 80); default 132.")
+@click.option("--gpu-name", default=None, metavar="NAME",
+              help="With --archive or --arch: the GPU model to explain for (its name as PyTorch "
+                   "reports it, e.g. \"NVIDIA H100 80GB HBM3\"): the archive's entries for it "
+                   "serve first.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def explain_sdpa(shape, dtype, causal, op, dropout_p, deterministic, device, archive, arch, num_sms,
-                 as_json):
+                 gpu_name, as_json):
     """Which kernel serves an F.sdpa call with attnpack enabled, or why PyTorch's own does.
 
     \b
@@ -395,12 +412,19 @@ def explain_sdpa(shape, dtype, causal, op, dropout_p, deterministic, device, arc
       attnpack explain --shape 1,8,8,100,1000,64 --causal --op bwd --archive out/attnpack-0.1.0-sm_90.apk --arch sm_90
       attnpack explain --shape 1,8,8,128,128,64 --arch sm_90      # the installed sm_90 archive
       attnpack explain --shape 2,32,8,4096,4096,128 --causal --arch gfx942 --num-sms 304
+      attnpack explain --shape 1,32,4,8192,8192,128 --causal --op bwd --arch sm_90 \\
+          --gpu-name "NVIDIA H100 80GB HBM3"
     """
     if arch and not archive:
         archive = _packaged_archive(arch)
+    # an archive is explained through the recording driver, which pretends these facts
     if num_sms is not None:
-        # an archive is explained through the recording driver, which pretends this count
         os.environ["ATTNPACK_RECORDING_NUM_SMS"] = str(num_sms)
+    if gpu_name is not None:
+        if not archive:
+            raise click.ClickException("--gpu-name explains an archive for a GPU model that is "
+                                       "not here: name --archive or --arch too")
+        os.environ["ATTNPACK_RECORDING_GPU_NAME"] = gpu_name
     try:
         import attnpack.torch as attnpack_torch
         result = attnpack_torch.explain(_parse_shape(shape), dtype, causal, op, dropout_p=dropout_p,

@@ -332,34 +332,18 @@ bool is_boundary(uint32_t value, const std::vector<uint32_t>& bounds) {
   return std::binary_search(bounds.begin(), bounds.end(), value);
 }
 
-// The index's `tuning` map (docs/ARCHIVE.md). Every entry must name a kernel of the index with
-// the entry's op and functional key, sit on bucket boundaries, and have a key of its own.
-TuningRecord read_tuning(const Node& node, const std::vector<KernelRecord>& kernels,
-                         const std::unordered_map<std::string, uint32_t>& kernel_index) {
-  TuningRecord tuning;
-  if (auto provenance = node.maybe("provenance")) {
-    provenance->each_entry([&](const std::string& key, const Node& value) { tuning.provenance[key] = value.text(); });
-  }
-  const std::optional<Node> entries = node.maybe("entries");
-  const bool has_entries = entries && entries->length() > 0;
-  // Entries need both axes; without entries (no database at build time) they may be absent.
-  const std::optional<Node> buckets = has_entries ? std::optional<Node>(node.at("buckets")) : node.maybe("buckets");
-  if (buckets) {
-    for (auto [axis, bounds] : {std::pair{"seqlen", &tuning.seqlen_bounds}, std::pair{"gqa", &tuning.gqa_bounds}}) {
-      const std::optional<Node> list = has_entries ? std::optional<Node>(buckets->at(axis)) : buckets->maybe(axis);
-      if (list) *bounds = read_bounds(*list, has_entries);
-    }
-    // 2.3: the streams axis is optional; with it every entry names its class.
-    if (const std::optional<Node> list = buckets->maybe("streams")) {
-      tuning.streams_bounds = read_bounds(*list, has_entries);
-    }
-  }
-  if (!has_entries) return tuning;
-
+// One `entries` array of the tuning map: the arch-wide one (`gpu` empty) or one GPU's in
+// `by_gpu` (`gpu` names it in every message). Every entry must name a kernel of the index with
+// the entry's op and functional key, sit on the boundaries of `buckets` (whose bounds are
+// read), and have a key of its own within the array.
+std::vector<TuningEntry> read_tuning_entries(const Node& entries, const TuningRecord& buckets, const std::string& gpu,
+                                             const std::vector<KernelRecord>& kernels,
+                                             const std::unordered_map<std::string, uint32_t>& kernel_index) {
+  std::vector<TuningEntry> out;
   using Key = std::tuple<std::string, std::string, int32_t, bool, uint32_t, uint32_t, uint32_t, uint32_t>;
   std::map<Key, uint32_t> seen;  // key -> first entry with it
-  for (uint32_t i = 0; i < entries->length(); ++i) {
-    const Node item = entries->item(i);
+  for (uint32_t i = 0; i < entries.length(); ++i) {
+    const Node item = entries.item(i);
     TuningEntry entry;
     entry.op = item.at("op").str();
     entry.key = read_key(item);
@@ -370,22 +354,23 @@ TuningRecord read_tuning(const Node& node, const std::vector<KernelRecord>& kern
     if (streams) entry.streams = streams->u32();
     const std::string name = item.at("kernel").str();
     // Spelled out only for an error message (as Node paths are): open reads every entry.
+    // "(fwd fp16 d64 full gqa1 sq128 sk128) ", or "(NVIDIA H100 80GB HBM3: fwd ...) " for a GPU's.
     auto where = [&] {
-      return "(" + key_text(entry.op, entry.key) + " gqa" + std::to_string(entry.gqa) + " sq" +
-             std::to_string(entry.sq) + " sk" + std::to_string(entry.sk) +
+      return "(" + (gpu.empty() ? std::string() : gpu + ": ") + key_text(entry.op, entry.key) + " gqa" +
+             std::to_string(entry.gqa) + " sq" + std::to_string(entry.sq) + " sk" + std::to_string(entry.sk) +
              (streams ? " streams" + std::to_string(entry.streams) : std::string()) + ") ";
     };
-    if (tuning.streams_bounds.empty() && streams) {
+    if (buckets.streams_bounds.empty() && streams) {
       streams->inconsistent(where() + "has a streams class, but buckets has no streams axis");
     }
-    if (!tuning.streams_bounds.empty() && !is_boundary(entry.streams, tuning.streams_bounds)) {
+    if (!buckets.streams_bounds.empty() && !is_boundary(entry.streams, buckets.streams_bounds)) {
       item.inconsistent(where() + (streams ? "has streams " + std::to_string(entry.streams) +
                                                  ", which is not a boundary of buckets.streams"
                                            : std::string("has no streams class, but buckets has a streams axis")));
     }
     for (auto [field, value, axis] : {std::tuple{"gqa", entry.gqa, "gqa"}, std::tuple{"sq", entry.sq, "seqlen"},
                                       std::tuple{"sk", entry.sk, "seqlen"}}) {
-      if (!is_boundary(value, std::strcmp(axis, "gqa") == 0 ? tuning.gqa_bounds : tuning.seqlen_bounds)) {
+      if (!is_boundary(value, std::strcmp(axis, "gqa") == 0 ? buckets.gqa_bounds : buckets.seqlen_bounds)) {
         item.inconsistent(where() + "has " + field + " " + std::to_string(value) +
                           ", which is not a boundary of buckets." + axis);
       }
@@ -414,7 +399,71 @@ TuningRecord read_tuning(const Node& node, const std::vector<KernelRecord>& kern
     auto [first, fresh] = seen.emplace(Key{entry.op, entry.key.dtype, entry.key.head_dim, entry.key.causal,
                                            entry.gqa, entry.sq, entry.sk, entry.streams}, i);
     if (!fresh) item.inconsistent(where() + "repeats the key of entries[" + std::to_string(first->second) + "]");
-    tuning.entries.push_back(std::move(entry));
+    out.push_back(std::move(entry));
+  }
+  return out;
+}
+
+// The index's `tuning` map (docs/ARCHIVE.md): the buckets, the arch-wide entries and (2.7) the
+// entries of each GPU model in `by_gpu`, sorted by the GPU's name, one list per name.
+TuningRecord read_tuning(const Node& node, const std::vector<KernelRecord>& kernels,
+                         const std::unordered_map<std::string, uint32_t>& kernel_index) {
+  TuningRecord tuning;
+  if (auto provenance = node.maybe("provenance")) {
+    provenance->each_entry([&](const std::string& key, const Node& value) { tuning.provenance[key] = value.text(); });
+  }
+  const std::optional<Node> entries = node.maybe("entries");
+  const std::optional<Node> by_gpu = node.maybe("by_gpu");
+  const bool has_entries = entries && entries->length() > 0;
+  // The first GPU list with entries: they need the buckets as much as the arch-wide ones do.
+  std::optional<uint32_t> gpu_with_entries;
+  for (uint32_t i = 0; by_gpu && i < by_gpu->length() && !gpu_with_entries; ++i) {
+    if (by_gpu->item(i).at("entries").length() > 0) gpu_with_entries = i;
+  }
+  const bool needs_buckets = has_entries || gpu_with_entries;
+  if (gpu_with_entries && !has_entries) {  // else the arch-wide entries' messages below apply
+    const std::optional<Node> buckets = node.maybe("buckets");
+    if (!buckets || !buckets->find("seqlen") || !buckets->find("gqa")) {
+      const Node item = by_gpu->item(*gpu_with_entries);
+      item.inconsistent("(" + item.at("gpu").str() + ") has entries, but the tuning map has no seqlen and gqa buckets");
+    }
+  }
+  // Entries need both axes; without entries (no database at build time) they may be absent.
+  const std::optional<Node> buckets = needs_buckets ? std::optional<Node>(node.at("buckets")) : node.maybe("buckets");
+  if (buckets) {
+    for (auto [axis, bounds] : {std::pair{"seqlen", &tuning.seqlen_bounds}, std::pair{"gqa", &tuning.gqa_bounds}}) {
+      const std::optional<Node> list = needs_buckets ? std::optional<Node>(buckets->at(axis)) : buckets->maybe(axis);
+      if (list) *bounds = read_bounds(*list, needs_buckets);
+    }
+    // 2.3: the streams axis is optional; with it every entry names its class.
+    if (const std::optional<Node> list = buckets->maybe("streams")) {
+      tuning.streams_bounds = read_bounds(*list, needs_buckets);
+    }
+  }
+  if (has_entries) tuning.entries = read_tuning_entries(*entries, tuning, "", kernels, kernel_index);
+  if (!by_gpu) return tuning;
+
+  for (uint32_t i = 0; i < by_gpu->length(); ++i) {
+    const Node item = by_gpu->item(i);
+    const Node name = item.at("gpu");
+    GpuTuning gpu;
+    gpu.gpu = name.str();
+    if (gpu.gpu.empty()) name.inconsistent("is empty; it must be the GPU's name as its driver reports it");
+    // Sorted and distinct, as the writer leaves them: a device matches at most one list.
+    if (i > 0) {
+      const std::string& before = tuning.by_gpu.back().gpu;
+      const std::string other = "by_gpu[" + std::to_string(i - 1) + "]";
+      if (gpu.gpu == before) name.inconsistent("(" + gpu.gpu + ") repeats the GPU of " + other);
+      if (gpu.gpu < before) {
+        name.inconsistent("(" + gpu.gpu + ") sorts before the GPU of " + other + " (" + before +
+                          "); by_gpu must be sorted by gpu");
+      }
+    }
+    if (auto provenance = item.maybe("provenance")) {
+      provenance->each_entry([&](const std::string& key, const Node& value) { gpu.provenance[key] = value.text(); });
+    }
+    gpu.entries = read_tuning_entries(item.at("entries"), tuning, gpu.gpu, kernels, kernel_index);
+    tuning.by_gpu.push_back(std::move(gpu));
   }
   return tuning;
 }

@@ -19,7 +19,7 @@
 namespace attnpack {
 
 constexpr uint16_t kFormatMajor = ATTNPACK_ARCHIVE_FORMAT_MAJOR;
-constexpr uint16_t kFormatMinor = 6;  // the newest minor this runtime knows (informational)
+constexpr uint16_t kFormatMinor = 7;  // the newest minor this runtime knows (informational)
 
 // A family's declared policy (the index's `families`).
 struct FamilyRecord {
@@ -136,12 +136,21 @@ struct TuningEntry {
   std::optional<uint32_t> deterministic_kernel;
 };
 
+// 2.7: tuning entries timed on one GPU model (the `tuning` map's `by_gpu`). They serve a
+// device whose driver reports exactly `gpu` as its name, and only for their own keys.
+struct GpuTuning {
+  std::string gpu;                                // "NVIDIA H100 80GB HBM3", as the driver names it
+  std::map<std::string, std::string> provenance;  // informational
+  std::vector<TuningEntry> entries;               // the arch-wide form and rules, same buckets
+};
+
 // The index's `tuning` map. An archive without it has no buckets and no entries.
 struct TuningRecord {
   std::vector<uint32_t> seqlen_bounds, gqa_bounds;  // ascending; the rule is in select.cpp
   std::vector<uint32_t> streams_bounds;             // 2.3, optional: empty = no streams axis
   std::vector<TuningEntry> entries;
   std::map<std::string, std::string> provenance;     // informational
+  std::vector<GpuTuning> by_gpu;                     // 2.7, optional: sorted by gpu, distinct
 };
 
 // "fwd fp16 d32 causal", as python/attnpack/tune/db.py's key_text starts.

@@ -120,6 +120,13 @@ Bundle::DeviceContext& Bundle::current_device() {
          "archive " + archive_->path() + " targets " + archive_->arch() + " but this thread's device is " +
              device->info.description + " — open an attnpack-*-" + device->info.arch + ".apk archive for it");
   }
+  const std::vector<GpuTuning>& by_gpu = archive_->tuning().by_gpu;
+  for (size_t i = 0; i < by_gpu.size(); ++i) {
+    if (by_gpu[i].gpu == device->info.name) {  // names are distinct and never empty (archive.cpp)
+      device->gpu_tuning = int32_t(i);
+      break;
+    }
+  }
   device->images.reset(new LoadedImage[archive_->images().size()]);
   contexts_.push_back(std::move(device));
   return *contexts_.back();
@@ -154,12 +161,17 @@ void* Bundle::function_for(DeviceContext& device, const StepPlan& step) {
 
 Problem Bundle::with_device_facts(const Problem& input) {
   Problem problem = input;
-  if (!requires_num_sms_ || problem.sizes[kNumSms] != 0) return problem;
+  const bool wants_num_sms = requires_num_sms_ && problem.sizes[kNumSms] == 0;
+  const bool wants_gpu_tuning = !archive_->tuning().by_gpu.empty() && !problem.kernel;  // a forced name is not tuned
+  if (!wants_num_sms && !wants_gpu_tuning) return problem;
   try {
-    problem.sizes[kNumSms] = current_device().info.num_sms;
+    const DeviceContext& device = current_device();
+    if (wants_num_sms) problem.sizes[kNumSms] = device.info.num_sms;
+    problem.gpu_tuning = device.gpu_tuning;
   } catch (const Error&) {
-    // No driver or device here (or another arch's): unknown. A launch asks again and fails
-    // with the driver's own words if it gets that far.
+    // No driver or device here (or another arch's): the count is unknown and the arch-wide
+    // entries serve. A launch asks again and fails with the driver's own words if it gets
+    // that far.
   }
   return problem;
 }
@@ -279,6 +291,9 @@ std::string Bundle::explain(const Problem& input) {
   switch (selection.origin) {
     case Origin::Forced: out += "served by: forced name (attnpack_problem.kernel)\n"; break;
     case Origin::Tuned: out += "served by: tuned entry\n"; break;
+    case Origin::TunedForGpu:
+      out += "served by: tuned entry for " + archive_->tuning().by_gpu[problem.gpu_tuning].gpu + "\n";
+      break;
     case Origin::Nearest: out += "served by: nearest tuned entry\n"; break;
     case Origin::Default: out += "served by: default\n"; break;
   }

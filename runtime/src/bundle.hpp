@@ -78,14 +78,19 @@ class Bundle {
   struct DeviceContext {
     ContextKey key = 0;
     DeviceInfo info;
+    // The tuning map's by_gpu list whose gpu is info.name (its position), or -1: found once,
+    // when the context is first seen, so that no launch compares names.
+    int32_t gpu_tuning = -1;
     std::unique_ptr<LoadedImage[]> images;  // per archive image
   };
 
   Driver& driver();
   RecordingDriver& recording_driver();
-  // `problem` with num_sms set from the calling thread's device when some kernel's
-  // requirements name it; it stays 0 (unknown: such requirements fail) when no device can be
-  // asked, e.g. explain for another vendor's archive on a machine without that GPU.
+  // `problem` with the calling thread's device's facts that selection needs: num_sms when some
+  // kernel's requirements name it, and gpu_tuning (the by_gpu list naming the device) when the
+  // archive has by_gpu lists. When no device can be asked (e.g. explain for another vendor's
+  // archive on a machine without that GPU) num_sms stays 0 (unknown: such requirements fail)
+  // and gpu_tuning -1 (the arch-wide entries serve). An archive needing neither asks nothing.
   Problem with_device_facts(const Problem& problem);
   DeviceContext& current_device();
   void* function_for(DeviceContext& device, const StepPlan& step);

@@ -20,6 +20,9 @@ using ContextKey = uintptr_t;
 
 struct DeviceInfo {
   std::string arch;                 // "sm_90", "gfx942"
+  // The device's name as its driver reports it (cuDeviceGetName, hipDeviceProp_t.name):
+  // "NVIDIA H100 80GB HBM3". Matched exactly against the tuning map's by_gpu lists.
+  std::string name;
   std::string description;          // "NVIDIA H200 (cc 9.0, 132 SMs)"
   int64_t num_sms = 0;              // multiprocessors / compute units
   uint32_t max_shared_per_block = 0;  // opt-in dynamic shared memory limit, bytes

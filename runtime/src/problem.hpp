@@ -46,6 +46,10 @@ struct Problem {
   uint64_t lse = 0;                  // float32, contiguous [B, Hq, Sq]
   const char* kernel = nullptr;      // forced kernel name (the caller's, valid for the call)
   bool deterministic = false;        // ATTNPACK_PROBLEM_DETERMINISTIC: deterministic kernels only
+  // The tuning map's by_gpu list that names the calling thread's device (its position in
+  // TuningRecord::by_gpu), or -1: none does, or no device was asked. Filled in from the device
+  // (Bundle::with_device_facts), never from the caller's struct.
+  int32_t gpu_tuning = -1;
 
   // Logical [B, H, S, D] extents of an element tensor.
   void shape_of(TensorId tensor, int64_t out[4]) const;

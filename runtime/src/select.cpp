@@ -52,6 +52,7 @@ const char* origin_word(Origin origin) {
   switch (origin) {
     case Origin::Forced: return "forced ";
     case Origin::Tuned: return "tuned ";
+    case Origin::TunedForGpu: return "tuned ";  // the tuning key's line names the GPU
     case Origin::Nearest: return "nearest tuned ";
     case Origin::Default: return "default ";
   }
@@ -95,13 +96,18 @@ Selector::Selector(const Archive& archive, const std::vector<KernelPlan>& plans)
     head_dims_.emplace(entry.op, entry.key.dtype, entry.key.head_dim);
   }
   // The archive reader has checked each entry: its kernel exists with the entry's key, its
-  // bucket values are boundaries, and no key repeats.
-  for (const TuningEntry& entry : archive.tuning().entries) {
-    if (auto key = key_of(entry.op, entry.key)) {
-      tuned_[TunedKey{*key, entry.gqa, entry.sq, entry.sk, entry.streams}] = &entry;
+  // bucket values are boundaries, and no key repeats within its array.
+  auto index = [](const std::vector<TuningEntry>& entries, TunedEntries& out) {
+    for (const TuningEntry& entry : entries) {
+      if (auto key = key_of(entry.op, entry.key)) {
+        out[TunedKey{*key, entry.gqa, entry.sq, entry.sk, entry.streams}] = &entry;
+      }
     }
-  }
-  index_entries();
+  };
+  index(archive.tuning().entries, tuned_);
+  tuned_by_gpu_.resize(archive.tuning().by_gpu.size());
+  for (size_t i = 0; i < tuned_by_gpu_.size(); ++i) index(archive.tuning().by_gpu[i].entries, tuned_by_gpu_[i]);
+  index_entries();  // the arch-wide entries only: a GPU's are never a nearest entry
 }
 
 void Selector::index_entries() {
@@ -148,7 +154,10 @@ const Selector::PlacedEntry* Selector::nearest_entry(const TunedKey& key) const 
 
 std::optional<std::pair<const TuningEntry*, Origin>> Selector::tuned_candidate(const Problem& p, uint64_t functional,
                                                                      std::vector<std::string>* trace) const {
-  if (tuned_.empty() && !trace) return std::nullopt;  // the launch path skips the bucketing
+  // The device's by_gpu list, if one names it (Bundle::with_device_facts found it once).
+  const TunedEntries* gpu_entries =
+      p.gpu_tuning >= 0 && size_t(p.gpu_tuning) < tuned_by_gpu_.size() ? &tuned_by_gpu_[p.gpu_tuning] : nullptr;
+  if (tuned_.empty() && !gpu_entries && !trace) return std::nullopt;  // the launch path skips the bucketing
   const TuningRecord& tuning = archive_.tuning();
   if (tuning.seqlen_bounds.empty() || tuning.gqa_bounds.empty()) {
     if (trace) trace->push_back("tuning key: none (the archive has no tuning buckets)");
@@ -169,6 +178,14 @@ std::optional<std::pair<const TuningEntry*, Origin>> Selector::tuned_candidate(c
                        ": " + verdict);
     }
   };
+  // The device's own entry for the exact key serves first; a key it lacks goes on by the
+  // arch-wide rule below.
+  if (gpu_entries) {
+    if (auto found = gpu_entries->find(key); found != gpu_entries->end()) {
+      if (trace) note("tuned entry for " + archive_.tuning().by_gpu[p.gpu_tuning].gpu);
+      return std::make_pair(found->second, Origin::TunedForGpu);
+    }
+  }
   if (auto found = tuned_.find(key); found != tuned_.end()) {
     note("tuned entry");
     return std::make_pair(found->second, Origin::Tuned);
@@ -385,10 +402,14 @@ Selection Selector::select(const Problem& p, std::vector<std::string>* trace) co
 std::vector<uint32_t> Selector::selectable_kernels() const {
   std::set<uint32_t> kernels;
   for (const auto& [key, kernel] : defaults_) kernels.insert(kernel);
-  for (const auto& [key, entry] : tuned_) {
-    kernels.insert(entry->kernel);
-    if (entry->deterministic_kernel) kernels.insert(*entry->deterministic_kernel);
-  }
+  auto add = [&](const TunedEntries& entries) {
+    for (const auto& [key, entry] : entries) {
+      kernels.insert(entry->kernel);
+      if (entry->deterministic_kernel) kernels.insert(*entry->deterministic_kernel);
+    }
+  };
+  add(tuned_);
+  for (const TunedEntries& entries : tuned_by_gpu_) add(entries);
   return {kernels.begin(), kernels.end()};
 }
 

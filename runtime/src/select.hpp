@@ -7,6 +7,9 @@
 // without an entry takes the nearest entry of the same functional key (the rule of
 // python/attnpack/tune/db.py `nearest_entry`, docs/tuning.md); the `selection` table's
 // default for the functional key serves only where the functional key has no entry at all.
+// On a device whose name a `by_gpu` list of the tuning map carries (format 2.7), that list's
+// entry for the exact bucketed key serves before all of these; a key the list lacks goes on as
+// above, and a GPU's entries are never taken as the nearest entry of another key.
 // A deterministic problem (ATTNPACK_PROBLEM_DETERMINISTIC) takes only kernels declared
 // deterministic: an entry's `deterministic_kernel` stands in for a winner that is not.
 #pragma once
@@ -27,7 +30,13 @@
 namespace attnpack {
 
 // Where the chosen kernel came from.
-enum class Origin : uint8_t { Forced, Tuned, Nearest, Default };
+enum class Origin : uint8_t {
+  Forced,       // attnpack_problem.kernel named it
+  Tuned,        // the arch-wide tuning entry of the problem's bucketed key
+  TunedForGpu,  // the entry of that key in the by_gpu list naming the device (problem.gpu_tuning)
+  Nearest,      // the arch-wide entry nearest to the key
+  Default,      // the `selection` table's default for the functional key
+};
 
 struct Selection {
   const KernelPlan* plan = nullptr;  // null: unsupported
@@ -58,7 +67,8 @@ class Selector {
   static std::string layout_mismatch(const KernelPlan& plan, const Problem& problem,
                                      int64_t* per_launch = nullptr);
 
-  // Kernels of every selection and tuning entry (preload of the whole table).
+  // Kernels of every selection and tuning entry, by_gpu entries included (preload of the
+  // whole table).
   std::vector<uint32_t> selectable_kernels() const;
 
  private:
@@ -80,10 +90,11 @@ class Selector {
   struct TunedKeyHash {
     size_t operator()(const TunedKey& key) const;
   };
+  using TunedEntries = std::unordered_map<TunedKey, const TuningEntry*, TunedKeyHash>;
 
   std::string unbuilt_reason(const Problem& problem) const;
-  // The tuning entry for this problem (its own entry, else the nearest one of its functional
-  // key), if the archive has one.
+  // The tuning entry for this problem (the device's by_gpu entry of its key, else the arch-wide
+  // entry of its key, else the nearest arch-wide one of its functional key), if there is one.
   std::optional<std::pair<const TuningEntry*, Origin>> tuned_candidate(const Problem& problem, uint64_t functional,
                                                              std::vector<std::string>* trace) const;
   // A tuning entry placed by its bucket positions (indices into the boundaries).
@@ -104,7 +115,8 @@ class Selector {
   const Archive& archive_;
   const std::vector<KernelPlan>& plans_;
   std::unordered_map<uint64_t, uint32_t> defaults_;  // key -> kernel
-  std::unordered_map<TunedKey, const TuningEntry*, TunedKeyHash> tuned_;  // the archive's entries
+  TunedEntries tuned_;                      // the archive's arch-wide entries
+  std::vector<TunedEntries> tuned_by_gpu_;  // per by_gpu list, in its order (Problem::gpu_tuning)
   std::unordered_map<uint64_t, std::vector<PlacedEntry>> entries_by_functional_;
   // What is built, for the reason a problem is not served.
   std::set<std::string> ops_;

@@ -11,7 +11,10 @@
 //     swapped for another launch-spec word or cut short, an array or map shortened, grown or
 //     reordered, a value replaced by nil), then re-encoded with every length, offset and hash
 //     recomputed, as a buggy or hostile writer would do, so the edit reaches the parser past
-//     the checksums.
+//     the checksums. Half of the index mutants start from the index with a by_gpu list (format
+//     2.7) when the archive has tuning entries and no such list: a copy of its entries for a
+//     GPU the recording driver then pretends to be ($ATTNPACK_RECORDING_GPU_NAME), so that
+//     selection goes through a GPU's entries too.
 // The mutant is opened with the recording driver. It must be refused with a status and a
 // message, or open; an opened one is checked by attnpack_verify (every launch spec launchable,
 // every image inflated and hashed) and a grid of problems is selected, explained, sized and
@@ -25,6 +28,7 @@
 
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -103,6 +107,55 @@ Bytes assemble(const Bytes& original, const Bytes& meta, const Bytes& index, con
   out.insert(out.end(), index.begin(), index.end());
   out.insert(out.end(), images.begin(), images.end());
   return out;
+}
+
+msgpack::object text_object(const char* text) {
+  msgpack::object out;
+  out.type = msgpack::type::STR;
+  out.via.str.ptr = text;
+  out.via.str.size = uint32_t(std::strlen(text));
+  return out;
+}
+
+// The GPU a grafted by_gpu list is for, and the recording driver's name then.
+constexpr const char* kFuzzGpu = "attnpack fuzz GPU";
+
+// `index` with a by_gpu list in its tuning map (format 2.7): the GPU of its first list when it
+// has one already (then `index` itself), else a copy of its arch-wide entries for kFuzzGpu.
+// `gpu` receives the GPU's name; empty (and `index` itself) when there are no entries to copy.
+Bytes with_gpu_tuning(const Bytes& index, std::string& gpu) {
+  msgpack::object_handle handle = msgpack::unpack(reinterpret_cast<const char*>(index.data()), index.size());
+  msgpack::zone& zone = *handle.zone();
+  msgpack::object* tuning = const_cast<msgpack::object*>(map_value(handle.get(), "tuning"));
+  if (!tuning || tuning->type != msgpack::type::MAP) return index;
+  if (const msgpack::object* lists = map_value(*tuning, "by_gpu")) {
+    if (lists->type == msgpack::type::ARRAY && lists->via.array.size > 0) {
+      const msgpack::object* name = map_value(lists->via.array.ptr[0], "gpu");
+      if (name && name->type == msgpack::type::STR) gpu.assign(name->via.str.ptr, name->via.str.size);
+    }
+    return index;
+  }
+  const msgpack::object* entries = map_value(*tuning, "entries");
+  if (!entries || entries->type != msgpack::type::ARRAY || entries->via.array.size == 0) return index;
+  // {gpu, provenance: {}, entries}: the same entries, so the grafted archive is valid.
+  auto* list = static_cast<msgpack::object_kv*>(zone.allocate_align(sizeof(msgpack::object_kv) * 3));
+  list[0] = {text_object("gpu"), text_object(kFuzzGpu)};
+  list[1].key = text_object("provenance");
+  list[1].val.type = msgpack::type::MAP;
+  list[1].val.via.map = {0, nullptr};
+  list[2] = {text_object("entries"), *entries};
+  auto* item = static_cast<msgpack::object*>(zone.allocate_align(sizeof(msgpack::object)));
+  item->type = msgpack::type::MAP;
+  item->via.map = {3, list};
+  const uint32_t size = tuning->via.map.size;
+  auto* grown = static_cast<msgpack::object_kv*>(zone.allocate_align(sizeof(msgpack::object_kv) * (size + 1)));
+  std::memcpy(static_cast<void*>(grown), tuning->via.map.ptr, sizeof(msgpack::object_kv) * size);
+  grown[size].key = text_object("by_gpu");
+  grown[size].val.type = msgpack::type::ARRAY;
+  grown[size].val.via.array = {1, item};
+  tuning->via.map = {size + 1, grown};
+  gpu = kFuzzGpu;
+  return pack(handle.get());
 }
 
 // The meta re-encoded for a new index: its offsets, size and sha256 made consistent again (the
@@ -323,6 +376,10 @@ int main(int argc, char** argv) {
   const msgpack::object* arch_node = map_value(meta.get(), "arch");
   const std::string arch(arch_node->via.str.ptr, arch_node->via.str.size);
   const std::string mutant_path = "attnpack-fuzz-" + std::to_string(::getpid()) + "-" + arch + ".apk";
+  // Every bundle below is opened after this, so its recording driver reads the name.
+  std::string gpu;
+  const Bytes gpu_tuned_index = with_gpu_tuning(parts.index, gpu);
+  if (!gpu.empty()) ::setenv("ATTNPACK_RECORDING_GPU_NAME", gpu.c_str(), 1);
 
   Mutator mutate(seed);
   std::map<std::string, uint64_t> outcomes;  // "<kind> <status>" -> count
@@ -352,7 +409,8 @@ int main(int argc, char** argv) {
         mutant = assemble(original, pack(handle.get()), parts.index, parts.images);
       } else {
         kind = "index";
-        msgpack::object_handle handle = msgpack::unpack(reinterpret_cast<const char*>(parts.index.data()), parts.index.size());
+        const Bytes& start = mutate.below(2) ? gpu_tuned_index : parts.index;
+        msgpack::object_handle handle = msgpack::unpack(reinterpret_cast<const char*>(start.data()), start.size());
         for (uint64_t edits = 1 + mutate.below(2); edits > 0; --edits) {
           mutate.edit_document(const_cast<msgpack::object&>(handle.get()), *handle.zone());
         }
@@ -402,8 +460,9 @@ int main(int argc, char** argv) {
     ++outcomes[kind + ": " + verdict];
   }
   ::unlink(mutant_path.c_str());
-  std::printf("%llu mutants of %s (seed %llu), none crashed, hung or read out of bounds:\n",
-              (unsigned long long)count, source.c_str(), (unsigned long long)seed);
+  std::printf("%llu mutants of %s (seed %llu%s), none crashed, hung or read out of bounds:\n",
+              (unsigned long long)count, source.c_str(), (unsigned long long)seed,
+              gpu.empty() ? "" : (", on a device named '" + gpu + "'").c_str());
   for (const auto& [outcome, n] : outcomes) std::printf("  %6llu  %s\n", (unsigned long long)n, outcome.c_str());
   return 0;
 }

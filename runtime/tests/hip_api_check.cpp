@@ -13,4 +13,5 @@ static_assert(ours::hipDeviceAttributeSharedMemPerBlockOptin == hipDeviceAttribu
 static_assert(ours::kDevicePropR0600Size == sizeof(hipDeviceProp_tR0600));
 static_assert(ours::kGcnArchNameOffset == offsetof(hipDeviceProp_tR0600, gcnArchName));
 static_assert(ours::kGcnArchNameSize == sizeof(hipDeviceProp_tR0600::gcnArchName));
-static_assert(offsetof(hipDeviceProp_tR0600, name) == 0);  // the description reads the name there
+static_assert(ours::kNameOffset == offsetof(hipDeviceProp_tR0600, name));
+static_assert(ours::kNameSize == sizeof(hipDeviceProp_tR0600::name));

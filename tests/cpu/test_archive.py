@@ -174,7 +174,7 @@ def test_inspect_json(sm90):
     result = CliRunner().invoke(main, ["inspect", str(sm90), "--json"])
     assert result.exit_code == 0
     summary = json.loads(result.output)
-    assert summary["arch"] == "sm_90" and summary["format"] == "2.6"
+    assert summary["arch"] == "sm_90" and summary["format"] == "2.7"
     assert summary["target"] == {"vendor": "nvidia", "image_kind": "cubin", "wave_size": 32,
                                  "shared_bytes": 232448, "gpus": "H100/H200",
                                  "verified": "run on the H200"}

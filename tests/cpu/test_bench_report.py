@@ -482,5 +482,13 @@ def test_markdown_says_which_gpu_the_tuning_database_was_measured_on(results):
     results["environment"]["gpu"] = "NVIDIA H100 80GB HBM3"
     first = report.render_markdown(results).split("\n")[2]
     assert first.endswith("Its tuning database was measured on NVIDIA H200, not on this GPU.")
+    # the archive's own entries for the bench's GPU model (tuning.by_gpu), where it has some
+    results["environment"]["gpu_entries"] = {"NVIDIA H100 80GB HBM3": 3, "NVIDIA H100 PCIe": 1}
+    first = report.render_markdown(results).split("\n")[2]
+    assert first.endswith("Its tuning database was measured on NVIDIA H200, not on this GPU, and "
+                          "3 entries tuned on this GPU model serve first.")
+    results["environment"]["gpu"] = "NVIDIA H100 PCIe"
+    assert report.render_markdown(results).split("\n")[2].endswith(
+        "not on this GPU, and 1 entry tuned on this GPU model serves first.")
     del bundle["bundle"]["tuned_on"]
     assert "tuning database" not in report.render_markdown(results).split("\n")[2]

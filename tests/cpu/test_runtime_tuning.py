@@ -135,7 +135,7 @@ def test_explain_shows_the_bucket_key_and_what_served_it(toy_tuned_archive):
                                               Sk=sk, D=D, causal=True))
         assert text == (
             f"problem: fwd fp16 B=1 Hq={2 * gqa} Hkv=2 Sq={sq - 1} Sk={sk} D=32 causal\n"
-            f"archive: {path} (sm_90, bundle 0.1.0, format 2.6, triton=3.6.0)\n"
+            f"archive: {path} (sm_90, bundle 0.1.0, format 2.7, triton=3.6.0)\n"
             f"  tuning key: fwd fp16 d32 causal gqa{gqa} sq{sq} sk{sk} streams64: tuned entry\n"
             "  tuned toy/fwd/fp16-d32-causal/BLOCK32_warps2: chosen\n"
             "kernel: toy/fwd/fp16-d32-causal/BLOCK32_warps2 (family toy, BLOCK=32 warps=2)\n"

@@ -190,6 +190,47 @@ def test_bundle_info_names_the_gpu_the_database_was_tuned_on():
     assert bundle["tuned_on"] == (db.provenance.get("gpu", "") if measured else "")
 
 
+def test_a_gpu_models_own_entries_serve_it_first():
+    """Where a GPU model has entries of its own (aot/tuning_db/<arch>/<gpu>.jsonl, the archive's
+    `tuning.by_gpu`), each one's kernel serves its timing shape on a device of that name, explain
+    says so, and the call's answer is within the parity bound of an fp32 reference; on any other
+    device the arch-wide pick serves that shape (select_on_gpu's rule, as the runtime's)."""
+    from attnpack.tune.db import load_db, load_gpu_dbs, select_on_gpu
+    arch = attnpack_torch.bundle_info()["bundle"]["arch"]
+    here = torch.cuda.get_device_properties(0).name
+    base = load_db(REPO / "aot" / "tuning_db" / f"{arch}.jsonl")
+    gpu_dbs = load_gpu_dbs(REPO / "aot" / "tuning_db", arch)
+    if not gpu_dbs:
+        pytest.skip(f"no GPU model has entries of its own for {arch}")
+    for gpu, db in sorted(gpu_dbs.items()):
+        for key, entry in sorted(db.entries.items()):
+            s = entry["shape"]
+            shape = (s["B"], s["Hq"], s["Hkv"], s["Sq"], s["Sk"], key.head_dim)
+            want, rule = select_on_gpu(base, gpu_dbs.get(here), key.op, key.dtype, key.head_dim,
+                                       key.causal, *shape[:5])
+            assert (rule == f"tuned for {gpu}") == (gpu == here), (gpu, key.text, rule)
+            result = attnpack_torch.explain(shape, key.dtype, causal=key.causal, op=key.op)
+            assert result["served"] and result["kernel"] == want["kernel"], (key.text, result)
+            assert (f"tuned entry for {here}" in result["runtime"]) == (gpu == here), result
+            if gpu != here:
+                continue
+            dtype = DTYPES[key.dtype]
+            q, k, v, do = make(*shape, dtype)
+            kw = dict(is_causal=key.causal, enable_gqa=key.gqa > 1)
+            with counted() as stats:
+                mine = fwd_bwd(q, k, v, do, **kw)
+            assert stats["calls"].get(entry["kernel"]) == 1, (key.text, stats["calls"])
+            with native(), sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+                theirs = fwd_bwd(q, k, v, do, **kw)
+            ref = reference(q, k, v, do, key.causal)
+            for name, a, n, r in zip(("out", "dq", "dk", "dv"), mine, theirs, ref):
+                err, err_native = ((x.float() - r).abs().max().item() for x in (a, n))
+                bound = max(2 * err_native, ULP[dtype] * r.abs().max().item() + 1e-5)
+                assert err <= bound, f"{key.text} {name}: error {err:.3g} > {bound:.3g}"
+            del q, k, v, do, mine, theirs, ref
+            torch.cuda.empty_cache()
+
+
 def test_outputs_match_the_ops_contract():
     """Shapes, dtypes, strides and the extra outputs exactly as PyTorch's flash op returns them."""
     q, k, v, _ = make(2, 8, 2, 100, 100, 64, torch.bfloat16, grad=False)

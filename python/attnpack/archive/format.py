@@ -22,8 +22,10 @@ MAGIC = b"ATTNPACK"
 # plainly, which is also correct.
 # 2.6 (additive): workspace extents gain `num_sms` and `const:<n>` (a persistent kernel's
 # per-program buffers); an older runtime marks a kernel using them as one it cannot launch.
+# 2.7 (additive): the tuning map may carry `by_gpu`, entries that serve one GPU model of the arch
+# first; an older runtime ignores it and serves every device by the arch-wide entries.
 FORMAT_MAJOR = 2
-FORMAT_MINOR = 6
+FORMAT_MINOR = 7
 # magic, major, minor, meta size, sha256(meta)
 PREAMBLE = struct.Struct("<8sHHI32s")
 ZSTD_LEVEL = 19

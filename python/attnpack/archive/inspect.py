@@ -22,7 +22,9 @@ def _static_lds(ar: Archive, image: int, symbol: str) -> int:
 def summarize(ar: Archive) -> dict:
     images = ar.index["images"]
     row = TARGETS.get(ar.arch)
-    tuned = Counter(e["kernel"] for e in ar.index.get("tuning", {}).get("entries", []))
+    tuning = ar.index.get("tuning", {})
+    tuned = Counter(e["kernel"] for e in tuning.get("entries", []))
+    tuned.update(e["kernel"] for g in tuning.get("by_gpu", []) for e in g["entries"])  # 2.7
     defaults = {sel["kernel"] for sel in ar.index["selection"]}
     rows = []
     for k in ar.kernels:

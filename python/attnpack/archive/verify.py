@@ -72,9 +72,16 @@ def _check_index(ar: Archive) -> list[str]:
             problems.append(f"index: image {i} ({images[i]['symbol']}) is used by no kernel")
     by_name = {k["name"]: k for k in ar.kernels}
     tables = [("selection", e, "") for e in ar.index["selection"]]
-    tables += [("tuning", e, f" gqa{e['gqa']} sq{e['sq']} sk{e['sk']}"
-                + (f" streams{e['streams']}" if "streams" in e else ""))  # 2.3
-               for e in ar.index.get("tuning", {}).get("entries", [])]
+    tuning = ar.index.get("tuning", {})
+    gpus = [g.get("gpu") for g in tuning.get("by_gpu", [])]
+    if gpus and (not all(gpus) or gpus != sorted(set(gpus))):
+        problems.append(f"tuning: by_gpu's GPUs {gpus} are not non-empty, distinct and sorted")
+    for table, entries in [("tuning", tuning.get("entries", []))] + [  # 2.7: by_gpu
+            (f"tuning for {g.get('gpu')!r}", g.get("entries", []))
+            for g in tuning.get("by_gpu", [])]:
+        tables += [(table, e, f" gqa{e['gqa']} sq{e['sq']} sk{e['sk']}"
+                    + (f" streams{e['streams']}" if "streams" in e else ""))  # 2.3
+                   for e in entries]
     # Both tables map a key to a kernel, which must exist and serve exactly that key; a tuning
     # entry's deterministic alternate (2.2) too, and it must be declared deterministic.
     for table, entry, buckets in tables:

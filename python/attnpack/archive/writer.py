@@ -38,11 +38,14 @@ def write_archive(path: Path, *, arch: str, target: dict, bundle_version: str,
             raise ValueError(f"{path.name}: selection names kernel {entry['kernel']!r}, "
                              "which is not in the archive")
     tuning = tuning or {"buckets": {}, "entries": [], "provenance": {}}
-    for entry in tuning["entries"]:
-        for field in ("kernel", "deterministic_kernel"):
-            if field in entry and entry[field] not in names:
-                raise ValueError(f"{path.name}: tuning entry names {field} {entry[field]!r}, "
-                                 "which is not in the archive")
+    tables = [("", tuning["entries"])] + [(f" of {g.get('gpu')!r}", g.get("entries", []))
+                                          for g in tuning.get("by_gpu", [])]
+    for whose, entries in tables:
+        for entry in entries:
+            for field in ("kernel", "deterministic_kernel"):
+                if field in entry and entry[field] not in names:
+                    raise ValueError(f"{path.name}: tuning entry{whose} names {field} "
+                                     f"{entry[field]!r}, which is not in the archive")
     for image in images:
         if image.kind != target["image_kind"] or not image.raw:
             raise ValueError(f"{path.name}: image {image.symbol!r} is empty or a {image.kind!r}; "

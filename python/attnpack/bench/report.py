@@ -452,6 +452,14 @@ def render_text(results: dict) -> str:
     return "\n".join(parts) + "\n"
 
 
+def _own_entries_clause(env: dict) -> str:
+    """", and N entries of this GPU's own serve first" where the archive has them (the bench's
+    `gpu_entries`, from its `tuning.by_gpu`) for the GPU the bench ran on."""
+    n = (env.get("gpu_entries") or {}).get(env.get("gpu"), 0)
+    return (f", and {n} entr{'y' if n == 1 else 'ies'} tuned on this GPU model serve"
+            f"{'s' if n == 1 else ''} first" if n else "")
+
+
 def render_markdown(results: dict, plots: dict[str, str] | None = None,
                     results_name: str = "results.json") -> str:
     """The report that becomes docs/performance.md; `plots` maps plot kinds
@@ -469,8 +477,8 @@ def render_markdown(results: dict, plots: dict[str, str] | None = None,
            f"Measured by `attnpack bench` on {environment_line(env)}."
            + (f" Archive: `{Path(bundle_path).name}`." if bundle_path else "")
            + (f" Its tuning database was measured on {tuned_on}"
-              + (f", not on this GPU." if tuned_on != env.get("gpu") else ".")
-              if tuned_on else ""),
+              + (f", not on this GPU" if tuned_on != env.get("gpu") else "")
+              + _own_entries_clause(env) + "." if tuned_on else ""),
            f"The recorded run is [`{results_name}`]({results_name}) (and its `.csv`); "
            "`attnpack bench --report-only` on it regenerates this page.", "",
            "## How it is measured",

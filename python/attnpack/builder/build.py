@@ -18,7 +18,7 @@ from attnpack.builder.compile import CompileCache, CompileJob, CompileStats, com
 from attnpack.family import (DefaultConflict, FamilySpec, Variant, declared_variants,
                              default_variants, kernels_root, load_families)
 from attnpack.targets import UnknownTarget, target
-from attnpack.tune.db import DbError, TuningDb, entry_key, load_db
+from attnpack.tune.db import DbError, TuningDb, entry_key, load_db, load_gpu_dbs
 
 
 class BuildError(Exception):
@@ -53,8 +53,7 @@ def _wanted(req: BuildRequest, v: Variant) -> bool:
 
 
 def load_arch_db(req: BuildRequest, arch: str) -> TuningDb | None:
-    folder = req.tuning_db_dir or (req.kernels_root or kernels_root()).parent / "tuning_db"
-    path = Path(folder) / f"{arch}.jsonl"
+    path = _db_folder(req) / f"{arch}.jsonl"
     if not path.is_file():
         return None
     try:
@@ -66,13 +65,26 @@ def load_arch_db(req: BuildRequest, arch: str) -> TuningDb | None:
     return db
 
 
+def load_arch_gpu_dbs(req: BuildRequest, arch: str) -> dict[str, TuningDb]:
+    """The GPU models' own entries of `arch` (tuning_db/<arch>/*.jsonl), by GPU name."""
+    try:
+        return load_gpu_dbs(_db_folder(req), arch)
+    except DbError as e:
+        raise BuildError(str(e)) from None
+
+
+def _db_folder(req: BuildRequest) -> Path:
+    return Path(req.tuning_db_dir or (req.kernels_root or kernels_root()).parent / "tuning_db")
+
+
 def plan_variants(req: BuildRequest, arch: str, families: dict[str, FamilySpec],
-                  db: TuningDb | None = None) -> tuple[list[Variant], list[Variant]]:
+                  db: TuningDb | None = None, gpu_dbs: dict[str, TuningDb] | None = None
+                  ) -> tuple[list[Variant], list[Variant]]:
     """(variants to build, the default per functional key) for one arch.
 
-    The default build is what the tuning database selects plus one documented default per
-    functional key (which serves shapes and keys the database does not cover); `--all` adds
-    the whole declared space for tuning.
+    The default build is what the tuning database and the GPU models' own databases
+    (`gpu_dbs`) select plus one documented default per functional key (which serves shapes and
+    keys the databases do not cover); `--all` adds the whole declared space for tuning.
     """
     try:
         target(arch)
@@ -90,22 +102,23 @@ def plan_variants(req: BuildRequest, arch: str, families: dict[str, FamilySpec],
         raise BuildError(str(e)) from None
     defaults = list(best.values())
     variants = {v.name: v for v in defaults}
-    if db is not None:
+    dbs = ([db] if db is not None else []) + list((gpu_dbs or {}).values())
+    if dbs:
         # Entries are checked against every family, then filtered like the other filters:
         # `--family gluon` drops the entries that select other families' kernels.
         declared = declared_variants(arch, families)
         chosen_names = {f.name for f in chosen}
-        for entry in db.entries.values():
+        for source, entry in ((d, e) for d in dbs for e in d.entries.values()):
             for field in ("kernel", "deterministic_kernel"):
                 if field not in entry:
                     continue
                 v = declared.get(entry[field])
                 if v is None:
-                    raise BuildError(f"{db.path}: entry {entry_key(entry).text} selects "
+                    raise BuildError(f"{source.path}: entry {entry_key(entry).text} selects "
                                      f"{entry[field]}, which no family declares for {arch} — "
                                      "re-run `attnpack tune` or fix the entry")
                 if field == "deterministic_kernel" and not v.deterministic:
-                    raise BuildError(f"{db.path}: entry {entry_key(entry).text} names "
+                    raise BuildError(f"{source.path}: entry {entry_key(entry).text} names "
                                      f"{v.name} as its deterministic kernel, but its family "
                                      "does not declare it deterministic — fix the entry")
                 if v.family in chosen_names and _wanted(req, v):
@@ -138,7 +151,9 @@ def build_archives(req: BuildRequest, progress: Callable[[int, str], Callable[[i
     families = load_families(req.kernels_root)
     cache = CompileCache(req.cache_dir)
     dbs = {arch: load_arch_db(req, arch) for arch in req.archs}
-    plans = {arch: plan_variants(req, arch, families, dbs[arch]) for arch in req.archs}
+    gpu_dbs = {arch: load_arch_gpu_dbs(req, arch) for arch in req.archs}
+    plans = {arch: plan_variants(req, arch, families, dbs[arch], gpu_dbs[arch])
+             for arch in req.archs}
     jobs = {arch: [CompileJob(v, s) for v in plans[arch][0] for s in v.steps] for arch in req.archs}
     total = sum(len(j) for j in jobs.values())
     advance = progress(total, f"compiling {total} kernels for {', '.join(req.archs)}")
@@ -179,12 +194,16 @@ def build_archives(req: BuildRequest, progress: Callable[[int, str], Callable[[i
             compilers.update(backend(name).versions())
         path = req.out_dir / archive_filename(__version__, arch)
         names = {v.name for v in variants}
-        tuning = (dbs[arch] or TuningDb(arch, {"status": "none"})).compiled()
+        tuning = (dbs[arch] or TuningDb(arch, {"status": "none"})).compiled(gpu_dbs[arch])
         # `--family`/`--op` filters drop entries whose kernels were not built; an alternate
         # that was not built is dropped alone.
-        tuning["entries"] = [e if e.get("deterministic_kernel") in names else
-                             {k: v for k, v in e.items() if k != "deterministic_kernel"}
-                             for e in tuning["entries"] if e["kernel"] in names]
+        for table in [tuning] + tuning.get("by_gpu", []):
+            table["entries"] = [e if e.get("deterministic_kernel") in names else
+                                {k: v for k, v in e.items() if k != "deterministic_kernel"}
+                                for e in table["entries"] if e["kernel"] in names]
+        kept = [g for g in tuning.pop("by_gpu", []) if g["entries"]]
+        if kept:
+            tuning["by_gpu"] = kept
         paths.append(write_archive(path, arch=arch, target=target(arch).meta(),
                                    bundle_version=__version__, compilers=compilers, images=images,
                                    kernels=kernels, selection=selection, families=fams,

@@ -25,11 +25,19 @@ against re-tunes (a contract the tuner's timing does not see, such as exact resu
 values): `db merge` keeps such an entry's kernel whatever a later database measured. `gpu`,
 where present, names the GPU the entry was timed on (the header's `gpu` where absent);
 `db merge` refuses to mix GPUs unless asked (merge_dbs).
+
+One GPU model's own entries live beside it, in `aot/tuning_db/<arch>/<gpu_file_name>.jsonl`
+(load_gpu_dbs): a database of this same format, every entry timed on the GPU its header names,
+whose entries serve that GPU model first (an H100 and an H200 are both sm_90 and do not rank the
+kernels alike). The builder compiles them into the archive's `tuning.by_gpu`; on a device of
+that name the runtime takes the problem's exact key there before the arch-wide rule
+(select_on_gpu; docs/tuning.md, "Entries for one GPU model").
 """
 from __future__ import annotations
 
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -86,15 +94,23 @@ class TuningDb:
         entry = _upgraded(entry)
         self.entries[entry_key(entry)] = entry
 
-    def compiled(self) -> dict:
-        """What the archive index carries (docs/ARCHIVE.md, `tuning`)."""
-        return {"buckets": {"seqlen": list(SEQLEN_BOUNDS), "gqa": list(GQA_BOUNDS),
-                            "streams": list(STREAM_BOUNDS)},
-                "provenance": self.provenance,
-                "entries": [{**{f: e[f] for f in KEY_FIELDS}, "kernel": e["kernel"],
-                             **({"deterministic_kernel": e["deterministic_kernel"]}
-                                if e.get("deterministic_kernel") else {})}
-                            for _, e in sorted(self.entries.items())]}
+    def compiled(self, by_gpu: dict[str, "TuningDb"] | None = None) -> dict:
+        """What the archive index carries (docs/ARCHIVE.md, `tuning`), with the entries of
+        each GPU model of `by_gpu` (its name -> its database, load_gpu_dbs) under `by_gpu`."""
+        out = {"buckets": {"seqlen": list(SEQLEN_BOUNDS), "gqa": list(GQA_BOUNDS),
+                           "streams": list(STREAM_BOUNDS)},
+               "provenance": self.provenance, "entries": self.compiled_entries()}
+        if by_gpu:
+            out["by_gpu"] = [{"gpu": gpu, "provenance": db.provenance,
+                              "entries": db.compiled_entries()}
+                             for gpu, db in sorted(by_gpu.items())]
+        return out
+
+    def compiled_entries(self) -> list[dict]:
+        return [{**{f: e[f] for f in KEY_FIELDS}, "kernel": e["kernel"],
+                 **({"deterministic_kernel": e["deterministic_kernel"]}
+                    if e.get("deterministic_kernel") else {})}
+                for _, e in sorted(self.entries.items())]
 
 
 def record_determinism(entry: dict, is_deterministic: Callable[[str], bool]) -> dict:
@@ -119,6 +135,50 @@ def entry_gpu(entry: dict, db: TuningDb) -> str | None:
     if db.provenance.get("status") == "untuned":
         return None
     return db.provenance.get("gpu")
+
+
+def gpu_file_name(gpu: str) -> str:
+    """The file a GPU model's own entries live in, under aot/tuning_db/<arch>/: its name
+    lower-cased, each run of other characters than letters and digits one hyphen
+    ("NVIDIA H100 80GB HBM3" -> "nvidia-h100-80gb-hbm3.jsonl")."""
+    return re.sub(r"[^a-z0-9]+", "-", gpu.lower()).strip("-") + ".jsonl"
+
+
+def load_gpu_dbs(folder: Path | str, arch: str) -> dict[str, TuningDb]:
+    """The GPU models' own databases of `arch`: `<folder>/<arch>/*.jsonl`, by GPU name (the
+    header's `gpu`). Each must be of `arch`, timed on one GPU model (no `mixed:` header, no
+    entry timed on another) and named after it (gpu_file_name); DbError says which file breaks
+    which rule and how to mend it."""
+    out: dict[str, TuningDb] = {}
+    for path in sorted((Path(folder) / arch).glob("*.jsonl")):
+        db = load_db(path)
+        gpu = db.provenance.get("gpu") or ""
+        if db.arch != arch:
+            raise DbError(f"{path}: header says arch {db.arch!r}, its folder says {arch!r}")
+        if db.provenance.get("status") == "untuned" or not gpu or gpu.startswith("mixed: "):
+            raise DbError(f"{path}: a GPU model's entries need a header naming the one GPU they "
+                          f"were timed on (its gpu is {gpu!r}); tune into this file on that GPU "
+                          "with `attnpack tune -o`")
+        other = sorted({e["gpu"] for e in db.entries.values() if e.get("gpu")} - {gpu})
+        if other:
+            raise DbError(f"{path}: serves {gpu}, but holds entries timed on {', '.join(other)}; "
+                          "move them to their own GPU's file")
+        if path.name != gpu_file_name(gpu):
+            raise DbError(f"{path}: serves {gpu}, whose file is {gpu_file_name(gpu)}; rename it")
+        out[gpu] = db
+    return out
+
+
+def select_on_gpu(db: TuningDb, gpu_db: TuningDb | None, op, dtype, head_dim, causal, b, hq,
+                  hkv, sq, sk) -> tuple[dict | None, str]:
+    """(entry, rule) as the runtime serves the problem on a GPU model with its own entries
+    (`gpu_db`, or None): the exact key there ("tuned for <gpu>"), else db.select's rule. A GPU
+    model's entries are never another key's nearest entry."""
+    if gpu_db is not None:
+        entry = gpu_db.lookup(op, dtype, head_dim, causal, b, hq, hkv, sq, sk)
+        if entry is not None:
+            return entry, f"tuned for {gpu_db.provenance['gpu']}"
+    return db.select(op, dtype, head_dim, causal, b, hq, hkv, sq, sk)
 
 
 def merge_dbs(dbs: list[TuningDb], min_gain: float = 1.0,

@@ -36,7 +36,8 @@ from typing import Callable, Iterable
 
 from attnpack.tune.buckets import SEQLEN_BOUNDS, STREAM_BOUNDS, seqlen_bucket, streams_class
 from attnpack.keys import TuneKey
-from attnpack.tune.db import TuningDb, entry_gpu, load_db, record_determinism, save_db
+from attnpack.tune.db import (TuningDb, entry_gpu, gpu_file_name, load_db, record_determinism,
+                             save_db)
 
 REJECT_FACTOR = 3.0
 ERROR_FLOOR = {"bf16": 4e-3, "fp16": 5e-4}    # no candidate is rejected below these errors
@@ -433,10 +434,14 @@ def resumed_db(out_path: Path, arch: str, gpu: str) -> TuningDb:
     """The database `tune` writes into: out_path's, to go on with, or a new one. Refused where
     out_path is another arch's, or holds entries timed on another GPU model than `gpu` (the new
     header would name this GPU for them): tune into another file, and merge the two with
-    `attnpack db merge --mixed-gpus` if both should be kept."""
+    `attnpack db merge --mixed-gpus` if both should be kept. Refused too where out_path lies in
+    the arch's folder of GPU models' own entries (tuning_db/<arch>/) under another GPU's name."""
     db = load_db(out_path) if out_path.is_file() else TuningDb(arch, {})
     if db.arch != arch:
         raise ValueError(f"{out_path} is for {db.arch}, the archive for {arch}")
+    if out_path.parent.name == arch and out_path.name != gpu_file_name(gpu):
+        raise ValueError(f"{out_path} is where another GPU model's own entries live (load_gpu_dbs); "
+                         f"this GPU's are {out_path.parent / gpu_file_name(gpu)}")
     other = sorted({entry_gpu(e, db) for e in db.entries.values()} - {None, gpu})
     if other:
         raise ValueError(f"{out_path} holds entries timed on {', '.join(other)}; this GPU is "

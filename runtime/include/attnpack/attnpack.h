@@ -80,7 +80,9 @@ ATTNPACK_API const char* attnpack_last_error(void);
 
 /* Launches are recorded, never run: no driver is touched (tests of launch argument building;
  * see attnpack_recorded_launches). The device it pretends to be has 132 SMs, or
- * $ATTNPACK_RECORDING_NUM_SMS (1..100000, read at open) for kernels that require a count. */
+ * $ATTNPACK_RECORDING_NUM_SMS (1..100000, read at open) for kernels that require a count, and
+ * is named $ATTNPACK_RECORDING_GPU_NAME (read at open; unset: no name), which selects the
+ * tuning entries the archive has for the GPU of that name (format 2.7, `by_gpu`). */
 #define ATTNPACK_OPEN_RECORDING_DRIVER 0x1u
 
 typedef struct attnpack_open_params {

@@ -96,9 +96,10 @@ class CudaDriver final : public Driver {
     check(device_get_name_(device_name, sizeof(device_name) - 1, device), "cuDeviceGetName");
     DeviceInfo info;
     info.arch = "sm_" + std::to_string(major) + std::to_string(minor);  // cc 9.0 -> sm_90
+    info.name = device_name;
     info.num_sms = sms;
     info.max_shared_per_block = uint32_t(shared_optin);
-    info.description = std::string(device_name) + " (CUDA device " + std::to_string(device) + ", cc " +
+    info.description = info.name + " (CUDA device " + std::to_string(device) + ", cc " +
                        std::to_string(major) + "." + std::to_string(minor) + ", " +
                        std::to_string(sms) + " SMs)";
     return info;

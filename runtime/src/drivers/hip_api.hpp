@@ -24,8 +24,10 @@ constexpr uintptr_t kLaunchParamBufferPointer = 0x01;
 constexpr uintptr_t kLaunchParamBufferSize = 0x02;
 constexpr uintptr_t kLaunchParamEnd = 0x03;
 
-// hipDeviceProp_tR0600 (HIP >= 6): only its size and where gcnArchName sits are needed.
+// hipDeviceProp_tR0600 (HIP >= 6): only its size and where name and gcnArchName sit are needed.
 constexpr size_t kDevicePropR0600Size = 1472;
+constexpr size_t kNameOffset = 0;  // char name[256], the first member
+constexpr size_t kNameSize = 256;
 constexpr size_t kGcnArchNameOffset = 1160;
 constexpr size_t kGcnArchNameSize = 256;
 

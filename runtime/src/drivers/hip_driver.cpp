@@ -72,8 +72,8 @@ class HipDriver final : public Driver {
   DeviceInfo device_info() override {
     int device = 0;
     check(get_device_(&device), "hipGetDevice");
-    // hipDeviceProp_tR0600 is large and changes across releases; only gcnArchName is read,
-    // at its HIP 6 offset, from a zeroed buffer with room to spare.
+    // hipDeviceProp_tR0600 is large and changes across releases; only name and gcnArchName
+    // are read, at their HIP 6 offsets, from a zeroed buffer with room to spare.
     alignas(16) char properties[kDevicePropR0600Size + 4096] = {};
     check(get_device_properties_(properties, device), "hipGetDevicePropertiesR0600");
     std::string arch(properties + kGcnArchNameOffset, strnlen(properties + kGcnArchNameOffset, kGcnArchNameSize));
@@ -84,9 +84,10 @@ class HipDriver final : public Driver {
           "hipDeviceGetAttribute");
     DeviceInfo info;
     info.arch = arch;
+    info.name = std::string(properties + kNameOffset, strnlen(properties + kNameOffset, kNameSize));
     info.num_sms = sms;
     info.max_shared_per_block = uint32_t(shared_optin);
-    info.description = std::string(properties) + " (HIP device " + std::to_string(device) + ", " + arch +
+    info.description = info.name + " (HIP device " + std::to_string(device) + ", " + arch +
                        ", " + std::to_string(sms) + " CUs)";
     return info;
   }

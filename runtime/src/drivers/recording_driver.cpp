@@ -43,6 +43,8 @@ RecordingDriver::RecordingDriver(std::string arch, uint32_t max_shared)
     }
     num_sms_ = count;
   }
+  // Read here, as the count is: each bundle opened with the recording driver constructs its own.
+  if (const char* name = std::getenv(kGpuNameVariable)) gpu_name_ = name;
 }
 
 void RecordingDriver::set_thread_device(int32_t device) { thread_device = device; }
@@ -52,10 +54,11 @@ ContextKey RecordingDriver::current_context() { return ContextKey(thread_device)
 DeviceInfo RecordingDriver::device_info() {
   DeviceInfo info;
   info.arch = arch_;
+  info.name = gpu_name_;
   info.num_sms = num_sms_;
   info.max_shared_per_block = max_shared_;
-  info.description = "recording driver (no GPU; " + arch_ + ", " + std::to_string(num_sms_) + " SMs, device " +
-                     std::to_string(thread_device) + ")";
+  info.description = "recording driver (no GPU; " + arch_ + ", " + (gpu_name_.empty() ? "" : gpu_name_ + ", ") +
+                     std::to_string(num_sms_) + " SMs, device " + std::to_string(thread_device) + ")";
   return info;
 }
 

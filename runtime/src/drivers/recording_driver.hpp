@@ -4,7 +4,10 @@
 // It pretends to have any number of devices of one arch: each thread has a current device
 // (0 until set_thread_device), and each device is its own context, as on a multi-GPU machine.
 // Each has 132 multiprocessors (an H200), or $ATTNPACK_RECORDING_NUM_SMS as the bundle is
-// opened (a 304-CU MI300X, say, for kernels that require a CU count).
+// opened (a 304-CU MI300X, say, for kernels that require a CU count). Its name is
+// $ATTNPACK_RECORDING_GPU_NAME as the bundle is opened ("NVIDIA H100 80GB HBM3", say, to
+// select by the tuning map's by_gpu list of that name); unset or empty, it is "", which no
+// by_gpu list names.
 #pragma once
 
 #include <deque>
@@ -20,6 +23,7 @@ class RecordingDriver final : public Driver {
  public:
   static constexpr int64_t kNumSms = 132;  // it pretends to be an H200
   static constexpr const char* kNumSmsVariable = "ATTNPACK_RECORDING_NUM_SMS";
+  static constexpr const char* kGpuNameVariable = "ATTNPACK_RECORDING_GPU_NAME";
   static constexpr size_t kKeptLaunches = 256;
 
   // `max_shared` is the target's shared memory / LDS per block, from the archive's meta.
@@ -57,6 +61,7 @@ class RecordingDriver final : public Driver {
   std::string arch_;
   uint32_t max_shared_ = 0;
   int64_t num_sms_ = kNumSms;
+  std::string gpu_name_;  // $ATTNPACK_RECORDING_GPU_NAME at construction; "" when unset
   std::mutex mutex_;
   std::deque<Launch> launches_;
   std::vector<std::string> loaded_;  // "symbol sha256" per module load
