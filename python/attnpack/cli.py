@@ -636,5 +636,34 @@ def db_merge(files, out_path, min_gain, mixed_gpus):
                + (f"; {by_hand} held by hand kept theirs" if by_hand else ""))
 
 
+
+@db.command("prune")
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--against", "base_path", required=True,
+              type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="The arch-wide database (aot/tuning_db/<arch>.jsonl).")
+@click.option("-o", "--out", "out_path", required=True, type=click.Path(path_type=Path))
+@click.option("--min-gain", type=float, default=1.0, show_default=True,
+              help="Drop an entry whose winner beat the arch-wide kernel, timed in the same run, "
+                   "by less than this factor.")
+def db_prune(file, base_path, out_path, min_gain):
+    """Keep, of a GPU model's own entries (aot/tuning_db/<arch>/<gpu>.jsonl), those that change
+    what that GPU gets: drop an entry whose kernel is the arch-wide pick for its key, or (with
+    --min-gain) one that beat it by less than that factor on that GPU.
+
+    \b
+    Example:
+      attnpack db prune aot/tuning_db/sm_90/nvidia-h100-80gb-hbm3.jsonl \\
+          --against aot/tuning_db/sm_90.jsonl --min-gain 1.01 \\
+          -o aot/tuning_db/sm_90/nvidia-h100-80gb-hbm3.jsonl
+    """
+    from attnpack.tune.db import prune_against, save_db
+    kept, dropped = prune_against(_load_db(file), _load_db(base_path), min_gain)
+    for key, reason in dropped:
+        click.echo(f"dropped {key.text}: {reason}")
+    save_db(kept, out_path)
+    click.echo(f"{out_path}: {len(kept.entries)} entries kept, {len(dropped)} dropped")
+
+
 if __name__ == "__main__":
     main()

@@ -152,15 +152,15 @@ def test_db_explain_for_a_gpu_model(tmp_path):
     assert f"entry: toy {TOY}{B}, 10.0 us" in other.output
 
 
-def test_the_committed_gpu_files_load_and_differ_from_the_arch_wide_entry():
-    """Each committed GPU model's file follows the rules, and each of its entries changes what
-    that GPU gets (an entry equal to the arch-wide one would be dead weight)."""
-    from attnpack.tune.db import load_db
+def test_the_committed_gpu_files_hold_only_entries_that_change_what_their_gpu_gets():
+    """Each committed GPU model's file follows the rules, and `db prune --min-gain 1.01` would
+    drop none of its entries: each one's kernel beat the arch-wide pick for its key by 1 % or
+    more on that GPU (the rule `db merge --min-gain 1.01` applies to re-tunes)."""
+    from attnpack.tune.db import load_db, prune_against
     base = load_db(REPO / "aot" / "tuning_db" / "sm_90.jsonl")
     for gpu, db in load_gpu_dbs(REPO / "aot" / "tuning_db", "sm_90").items():
         assert gpu != base.provenance["gpu"]
-        for key, entry in db.entries.items():
-            assert entry["kernel"] != (base.entries.get(key) or {}).get("kernel"), key.text
+        assert prune_against(db, base, 1.01)[1] == [], gpu
 
 
 def test_the_runtime_serves_the_gpu_models_entry_on_a_device_of_that_name(tmp_path, toy_build,
@@ -181,3 +181,29 @@ def test_the_runtime_serves_the_gpu_models_entry_on_a_device_of_that_name(tmp_pa
     refused = CliRunner().invoke(main, ["explain", "--shape", "64,8,8,1000,1000,32",
                                         "--gpu-name", H100])
     assert refused.exit_code != 0 and "name --archive or --arch too" in refused.output
+
+
+def test_prune_keeps_the_gpu_entries_that_change_what_the_gpu_gets(tmp_path):
+    """`db prune --against`: an entry whose kernel the arch-wide database serves its key by
+    (exact or nearest), or that beat that kernel by less than --min-gain in its own run, goes;
+    one that beat it by more, or whose arch-wide kernel it did not time, stays."""
+    base = tuned_db(H200, toy_entry(B, sq=1024), toy_entry(B, sq=128))
+    times = {TOY + A: 9.0, TOY + B: 10.0}
+    gpu = tuned_db(H100,
+                   toy_entry(B, sq=1024),                                       # same kernel
+                   toy_entry(A, sq=4096, candidates={TOY + A: 9.95, TOY + B: 10.0}),  # 0.5 %
+                   toy_entry(A, sq=8192, candidates=times),                     # 11 % (nearest)
+                   toy_entry(A, sq=16384))                                      # B not timed
+    write_dbs(tmp_path, base, gpu)
+    path = str(tmp_path / "sm_90" / gpu_file_name(H100))
+    result = CliRunner().invoke(main, ["db", "prune", path, "--against",
+                                       str(tmp_path / "sm_90.jsonl"), "--min-gain", "1.01",
+                                       "-o", path])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines() == [
+        "dropped fwd fp16 d32 full gqa1 sq1024 sk1024 streams512: the arch-wide entry's kernel",
+        f"dropped fwd fp16 d32 full gqa1 sq4096 sk4096 streams512: within 1.01x of the arch-wide "
+        f"{TOY}{B}",
+        f"{path}: 2 entries kept, 2 dropped"]
+    kept = load_gpu_dbs(tmp_path, "sm_90")[H100]
+    assert sorted(k.sq for k in kept.entries) == [8192, 16384]

@@ -181,6 +181,27 @@ def select_on_gpu(db: TuningDb, gpu_db: TuningDb | None, op, dtype, head_dim, ca
     return db.select(op, dtype, head_dim, causal, b, hq, hkv, sq, sk)
 
 
+def prune_against(db: TuningDb, base: TuningDb,
+                  min_gain: float = 1.0) -> tuple[TuningDb, list[tuple[Key, str]]]:
+    """A GPU model's own entries (`db`) less those that would not change what its GPU gets
+    over the arch-wide database `base`: an entry whose kernel is the one `base` serves its key
+    by (its own entry, else the nearest), or, with `min_gain` > 1, whose winner beat that
+    kernel, timed among the entry's own candidates on that GPU, by less than min_gain. An entry
+    whose arch-wide kernel was not timed in its run is kept (nothing says it ties). Returns the
+    kept database and (key, reason) for each dropped entry."""
+    kept = TuningDb(db.arch, dict(db.provenance), path=db.path)
+    dropped = []
+    for key, entry in sorted(db.entries.items()):
+        served = base.entries.get(key) or nearest_entry(key, base.entries)
+        if served is not None and served["kernel"] == entry["kernel"]:
+            dropped.append((key, "the arch-wide entry's kernel"))
+        elif served is not None and _within(served["kernel"], entry, min_gain):
+            dropped.append((key, f"within {min_gain}x of the arch-wide {served['kernel']}"))
+        else:
+            kept.entries[key] = entry
+    return kept, dropped
+
+
 def merge_dbs(dbs: list[TuningDb], min_gain: float = 1.0,
               mixed_gpus: bool = False) -> tuple[TuningDb, list[Key]]:
     """One database from several of one arch: a later database's entry replaces an earlier
