@@ -104,6 +104,10 @@ def test_the_build_compiles_each_gpu_models_entries_into_by_gpu(tmp_path, toy_bu
                                  "entries": [
                                      {**key, "sq": 1024, "sk": 1024, "kernel": TOY + A},
                                      {**key, "sq": 4096, "sk": 4096, "kernel": TOY + A}]}]
+    # what `attnpack inspect` says of them
+    shown = CliRunner().invoke(main, ["inspect", str(req.paths[0])]).output.splitlines()[3]
+    assert shown == (f"tuning: 1 arch-wide entries (tuned on {H200}); 2 of {H100}'s own, served "
+                     "first on that GPU")
     # what `attnpack bench` records of them (its report says how many serve the bench's GPU)
     from attnpack.bench.run import _gpu_entries
     assert _gpu_entries({"bundle": {"path": str(req.paths[0])}}) == {H100: 2}

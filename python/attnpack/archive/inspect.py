@@ -23,6 +23,7 @@ def summarize(ar: Archive) -> dict:
     images = ar.index["images"]
     row = TARGETS.get(ar.arch)
     tuning = ar.index.get("tuning", {})
+    provenance = tuning.get("provenance") or {}
     tuned = Counter(e["kernel"] for e in tuning.get("entries", []))
     tuned.update(e["kernel"] for g in tuning.get("by_gpu", []) for e in g["entries"])  # 2.7
     defaults = {sel["kernel"] for sel in ar.index["selection"]}
@@ -58,6 +59,10 @@ def summarize(ar: Archive) -> dict:
                                                  if r["family"] == name)}
                      for name, fam in ar.index["families"].items()},
         "tuned_entries": sum(tuned.values()),
+        "tuning": {"tuned_on": (None if provenance.get("status") == "untuned"
+                                else provenance.get("gpu")),
+                   "entries": len(tuning.get("entries", [])),
+                   "by_gpu": {g["gpu"]: len(g["entries"]) for g in tuning.get("by_gpu", [])}},
     }
 
 
@@ -70,7 +75,12 @@ def render(summary: dict) -> str:
              f"{s['raw_image_bytes'] / 1024:.0f} KiB raw -> {s['compressed_image_bytes'] / 1024:.0f} KiB "
              f"zstd ({s['compression_ratio']}x), file {s['file_bytes'] / 1024:.0f} KiB",
              f"target {s['arch']} ({s['target']['gpus']}, {s['target']['vendor']}): "
-             f"{s['target']['verified']}"]
+             f"{s['target']['verified']}",
+             f"tuning: {s['tuning']['entries']} arch-wide entries"
+             + (f" (tuned on {s['tuning']['tuned_on']})" if s["tuning"]["tuned_on"]
+                else " (untuned)")
+             + "".join(f"; {n} of {gpu}'s own, served first on that GPU"
+                       for gpu, n in sorted(s["tuning"]["by_gpu"].items()))]
     for name, fam in sorted(s["families"].items()):
         prov = fam["provenance"]
         built = ", ".join(f"{c} {s['compilers'].get(c, '?')}" for c in fam.get("compilers", []))
