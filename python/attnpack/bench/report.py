@@ -453,8 +453,8 @@ def render_text(results: dict) -> str:
 
 
 def _own_entries_clause(env: dict) -> str:
-    """", and N entries of this GPU's own serve first" where the archive has them (the bench's
-    `gpu_entries`, from its `tuning.by_gpu`) for the GPU the bench ran on."""
+    """The first line's clause on the entries the archive has of the bench GPU's own model (the
+    bench's `gpu_entries`, from its `tuning.by_gpu`), "" where it has none."""
     n = (env.get("gpu_entries") or {}).get(env.get("gpu"), 0)
     return (f", and {n} entr{'y' if n == 1 else 'ies'} tuned on this GPU model serve"
             f"{'s' if n == 1 else ''} first" if n else "")
