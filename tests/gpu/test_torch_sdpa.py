@@ -5,7 +5,8 @@ by the bundle built for this GPU (build_tools/run_gpu_tests.sh sets ATTNPACK_BUN
   2x the error of PyTorch's own kernel (flash, or efficient where flash refuses) plus one ulp;
 - every fallback reason, each giving PyTorch's own answer;
 - routing past cuDNN, torch.compile, CUDA-graph capture/replay, autocast, streams, devices,
-  deterministic mode, ATTNPACK_LOG, a missing bundle, and a small transformers Llama.
+  deterministic mode, ATTNPACK_LOG, a missing bundle, and a small transformers Llama;
+- a GPU model's own tuning entries (tuning.by_gpu) serving on that GPU only.
 Skipped without CUDA. About 2-3 minutes on an H200.
 """
 from __future__ import annotations
