@@ -44,6 +44,13 @@ def archive_filename(bundle_version: str, arch: str) -> str:
     return f"attnpack-{bundle_version}-{arch}{SUFFIX}"
 
 
+def tuning_tables(tuning: dict) -> list[tuple[str | None, list[dict]]]:
+    """The entry arrays of an index's tuning map: (None, the arch-wide entries), then (its GPU,
+    its entries) for each `by_gpu` list (2.7), in the index's order."""
+    return [(None, tuning.get("entries", []))] + [(g.get("gpu"), g.get("entries", []))
+                                                  for g in tuning.get("by_gpu", [])]
+
+
 def canonical(obj):
     """Maps with sorted keys, recursively, so equal content packs to equal bytes."""
     if isinstance(obj, dict):

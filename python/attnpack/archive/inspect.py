@@ -4,6 +4,7 @@ from __future__ import annotations
 from collections import Counter
 
 from attnpack.archive.elf import ElfError, kernel_facts
+from attnpack.archive.format import tuning_tables
 from attnpack.archive.reader import Archive
 from attnpack.targets import TARGETS
 
@@ -24,8 +25,8 @@ def summarize(ar: Archive) -> dict:
     row = TARGETS.get(ar.arch)
     tuning = ar.index.get("tuning", {})
     provenance = tuning.get("provenance") or {}
-    tuned = Counter(e["kernel"] for e in tuning.get("entries", []))
-    tuned.update(e["kernel"] for g in tuning.get("by_gpu", []) for e in g["entries"])  # 2.7
+    tables = tuning_tables(tuning)
+    tuned = Counter(e["kernel"] for _, entries in tables for e in entries)
     defaults = {sel["kernel"] for sel in ar.index["selection"]}
     rows = []
     for k in ar.kernels:
@@ -61,8 +62,8 @@ def summarize(ar: Archive) -> dict:
         "tuned_entries": sum(tuned.values()),
         "tuning": {"tuned_on": (None if provenance.get("status") == "untuned"
                                 else provenance.get("gpu")),
-                   "entries": len(tuning.get("entries", [])),
-                   "by_gpu": {g["gpu"]: len(g["entries"]) for g in tuning.get("by_gpu", [])}},
+                   "entries": len(tables[0][1]),
+                   "by_gpu": {gpu: len(entries) for gpu, entries in tables[1:]}},
     }
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from attnpack import abi
 from attnpack.archive.elf import ElfError, kernel_facts
-from attnpack.archive.format import ArchiveError
+from attnpack.archive.format import ArchiveError, tuning_tables
 from attnpack.archive.reader import Archive, read_archive
 from attnpack.keys import FunctionalKey, KernelName
 from attnpack.targets import UnknownTarget, target
@@ -76,9 +76,8 @@ def _check_index(ar: Archive) -> list[str]:
     gpus = [g.get("gpu") for g in tuning.get("by_gpu", [])]
     if gpus and (not all(gpus) or gpus != sorted(set(gpus))):
         problems.append(f"tuning: by_gpu's GPUs {gpus} are not non-empty, distinct and sorted")
-    for table, entries in [("tuning", tuning.get("entries", []))] + [  # 2.7: by_gpu
-            (f"tuning for {g.get('gpu')!r}", g.get("entries", []))
-            for g in tuning.get("by_gpu", [])]:
+    for gpu, entries in tuning_tables(tuning):
+        table = "tuning" if gpu is None else f"tuning for {gpu!r}"
         tables += [(table, e, f" gqa{e['gqa']} sq{e['sq']} sk{e['sk']}"
                     + (f" streams{e['streams']}" if "streams" in e else ""))  # 2.3
                    for e in entries]

@@ -10,7 +10,7 @@ from pathlib import Path
 import zstandard
 
 from attnpack.archive.format import (FORMAT_MAJOR, FORMAT_MINOR, MAGIC, PREAMBLE,
-                                     ZSTD_LEVEL, pack)
+                                     ZSTD_LEVEL, pack, tuning_tables)
 
 
 @dataclass(frozen=True)
@@ -38,12 +38,11 @@ def write_archive(path: Path, *, arch: str, target: dict, bundle_version: str,
             raise ValueError(f"{path.name}: selection names kernel {entry['kernel']!r}, "
                              "which is not in the archive")
     tuning = tuning or {"buckets": {}, "entries": [], "provenance": {}}
-    tables = [("", tuning["entries"])] + [(f" of {g.get('gpu')!r}", g.get("entries", []))
-                                          for g in tuning.get("by_gpu", [])]
-    for whose, entries in tables:
+    for gpu, entries in tuning_tables(tuning):
         for entry in entries:
             for field in ("kernel", "deterministic_kernel"):
                 if field in entry and entry[field] not in names:
+                    whose = "" if gpu is None else f" of {gpu!r}"
                     raise ValueError(f"{path.name}: tuning entry{whose} names {field} "
                                      f"{entry[field]!r}, which is not in the archive")
     for image in images:

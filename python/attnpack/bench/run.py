@@ -57,12 +57,13 @@ def _gpu_entries(bundle: dict) -> dict[str, int]:
     format 2.7), which serve first on a device of that name; {} where the archive has none or
     cannot be read here."""
     from attnpack.archive import ArchiveError, read_archive
+    from attnpack.archive.format import tuning_tables
     path = ((bundle or {}).get("bundle") or {}).get("path")
     try:
         tuning = read_archive(path).index.get("tuning", {}) if path else {}
     except (ArchiveError, OSError):
         return {}
-    return {g["gpu"]: len(g["entries"]) for g in tuning.get("by_gpu", [])}
+    return {gpu: len(entries) for gpu, entries in tuning_tables(tuning)[1:]}
 
 
 def preflight() -> None:
