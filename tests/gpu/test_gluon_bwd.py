@@ -11,6 +11,8 @@ A deadlock (a barrier phase wrong) would hang the process, so every kernel first
 child process with a deadline: a hang fails the smoke test naming the kernel it hit.
 
 The deterministic variants (config `det1`) must give bitwise-equal gradients over 4 runs.
+Every launch gets a workspace filled with 0xff bytes (NaN), so no kernel passes by reading
+memory it never wrote.
 
     ATTNPACK_RUNTIME_LIB=build-gpu/runtime/libattnpack.so \\
         python3 -m pytest tests/gpu/test_gluon_bwd.py -x -q
@@ -77,6 +79,22 @@ def archive():
     (path,) = build_archives(BuildRequest(archs=("sm_90",), out_dir=out, jobs=os.cpu_count() or 1,
                                           all_variants=True, families=("gluon",), ops=("bwd",)))
     return path
+
+
+@pytest.fixture(autouse=True)
+def poisoned_workspace(monkeypatch):
+    """Every launch's workspace starts as 0xff bytes (NaN as float32), not as whatever the
+    allocator held: a kernel that reads a workspace word before writing it (the fast variant's
+    dQ accumulator is written by each tile's first share, not zeroed first) shows as NaN
+    gradients or a wrong count instead of passing on memory that happened to be zero."""
+    unpoisoned = rt._workspace
+
+    def poisoned(bundle, problem, device):
+        ws = unpoisoned(bundle, problem, device)
+        if ws is not None:
+            ws.fill_(0xFF)
+        return ws
+    monkeypatch.setattr(rt, "_workspace", poisoned)
 
 
 def all_kernels():
