@@ -9,7 +9,7 @@
 # walks start spread over the tiles, as in runEY's patch. The same A/B as runEY.sh: the whole
 # of test_gluon_bwd.py on the patched tree (poisoned workspaces), then the bf16 tma1 kernels
 # of both archives by cycles, whole calls, over both shape sets.
-#   usage (device, repo root): ATTNPACK_COMMIT=<sha> OUT=$OUT bash .carry/runEY.sh > $OUT/run.log 2>&1
+#   usage (device, repo root): ATTNPACK_COMMIT=<sha> OUT=$OUT bash .carry/runFA.sh > $OUT/run.log 2>&1
 cd "$(dirname "$0")/.."
 export ATTNPACK_COMMIT=${ATTNPACK_COMMIT:-unknown}
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
