@@ -84,9 +84,10 @@ def archive():
 @pytest.fixture(autouse=True)
 def poisoned_workspace(monkeypatch):
     """Every launch's workspace starts as 0xff bytes (NaN as float32), not as whatever the
-    allocator held: a kernel that reads a workspace word before writing it (the fast variant's
-    dQ accumulator is written by each tile's first share, not zeroed first) shows as NaN
-    gradients or a wrong count instead of passing on memory that happened to be zero."""
+    allocator held: a kernel that reads a workspace word before it or an earlier step of its
+    call wrote it (a change that moves the accumulator's zeroing, docs/gluon-bwd.md, "The
+    accumulator's zeroing moved into the dK/dV kernel") shows as NaN gradients or a wrong
+    count instead of passing on memory that happened to be zero."""
     unpoisoned = rt._workspace
 
     def poisoned(bundle, problem, device):
