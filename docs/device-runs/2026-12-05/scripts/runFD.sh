@@ -9,7 +9,8 @@
 # build_tools/patch_ab.sh: the whole of test_gluon_bwd.py on the patched tree (poisoned
 # workspaces; a missing arrival would hang: the smoke test's deadline), then the bf16 tma1
 # kernels of both archives by cycles, whole calls, over both shape sets. On one GPU; say which.
-# The patch carries its CPU tests' updates (tests/cpu/test_gluon_bwd_build.py), so it lands as it is.
+# The patch carries its CPU tests' updates (tests/cpu/test_gluon_bwd_build.py): it lands as it
+# is. If kept: runEZ.sh on an H200 benches it for issue 15.
 #   usage (device, repo root): ATTNPACK_COMMIT=<sha> OUT=$OUT bash .carry/runFD.sh > $OUT/run.log 2>&1
 cd "$(dirname "$0")/.."
 export ATTNPACK_COMMIT=${ATTNPACK_COMMIT:-unknown}
