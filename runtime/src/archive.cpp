@@ -404,14 +404,21 @@ std::vector<TuningEntry> read_tuning_entries(const Node& entries, const TuningRe
   return out;
 }
 
+// A tuning map's (or one GPU's list's) optional `provenance`: informational text by field.
+std::map<std::string, std::string> read_provenance(const Node& node) {
+  std::map<std::string, std::string> out;
+  if (auto provenance = node.maybe("provenance")) {
+    provenance->each_entry([&](const std::string& key, const Node& value) { out[key] = value.text(); });
+  }
+  return out;
+}
+
 // The index's `tuning` map (docs/ARCHIVE.md): the buckets, the arch-wide entries and (2.7) the
 // entries of each GPU model in `by_gpu`, sorted by the GPU's name, one list per name.
 TuningRecord read_tuning(const Node& node, const std::vector<KernelRecord>& kernels,
                          const std::unordered_map<std::string, uint32_t>& kernel_index) {
   TuningRecord tuning;
-  if (auto provenance = node.maybe("provenance")) {
-    provenance->each_entry([&](const std::string& key, const Node& value) { tuning.provenance[key] = value.text(); });
-  }
+  tuning.provenance = read_provenance(node);
   const std::optional<Node> entries = node.maybe("entries");
   const std::optional<Node> by_gpu = node.maybe("by_gpu");
   const bool has_entries = entries && entries->length() > 0;
@@ -459,9 +466,7 @@ TuningRecord read_tuning(const Node& node, const std::vector<KernelRecord>& kern
                           "); by_gpu must be sorted by gpu");
       }
     }
-    if (auto provenance = item.maybe("provenance")) {
-      provenance->each_entry([&](const std::string& key, const Node& value) { gpu.provenance[key] = value.text(); });
-    }
+    gpu.provenance = read_provenance(item);
     gpu.entries = read_tuning_entries(item.at("entries"), tuning, gpu.gpu, kernels, kernel_index);
     tuning.by_gpu.push_back(std::move(gpu));
   }
