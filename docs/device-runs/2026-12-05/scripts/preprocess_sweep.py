@@ -60,6 +60,7 @@ def sweep(B: int, H: int, S: int, D: int) -> None:
     mb = (2 * o.numel() * 2 + acc.numel() * 4) / 1e6
 
     def check(name: str, run, zero: bool = True) -> None:
+        moved = mb if zero else mb / 2  # without the zeroing: O and dO read, Δ written
         delta.fill_(float("nan"))
         acc.fill_(float("nan"))
         run()
@@ -67,7 +68,7 @@ def sweep(B: int, H: int, S: int, D: int) -> None:
         err = (delta - want).abs().max().item()
         ok = err < 1e-2 * max(1.0, want.abs().max().item()) and (not zero or not acc.any().item())
         us = _time(run)
-        print(f"  {name:44s} {us:8.1f} us  {mb / us:6.2f} TB/s  {'ok' if ok else 'WRONG'}"
+        print(f"  {name:44s} {us:8.1f} us  {moved / us:6.2f} TB/s  {'ok' if ok else 'WRONG'}"
               f" (Δ error {err:.1e})", flush=True)
 
     print(f"B{B} H{H} S{S} d{D}: {mb:.0f} MB read and written", flush=True)
