@@ -48,22 +48,9 @@ def environment() -> dict:
                 "python": platform.python_version(), "sm_count": props.multi_processor_count,
                 "l2_bytes": getattr(props, "L2_cache_size", None),
                 "bundle": attnpack_torch.bundle_info()})
-    env["gpu_entries"] = _gpu_entries(env["bundle"])
+    # how many entries of its own each GPU model has in the archive (bundle_info says)
+    env["gpu_entries"] = (env["bundle"].get("bundle") or {}).get("gpu_entries", {})
     return env
-
-
-def _gpu_entries(bundle: dict) -> dict[str, int]:
-    """How many tuning entries of its own each GPU model has in the archive (`tuning.by_gpu`,
-    format 2.7), which serve first on a device of that name; {} where the archive has none or
-    cannot be read here."""
-    from attnpack.archive import ArchiveError, read_archive
-    from attnpack.archive.format import tuning_tables
-    path = ((bundle or {}).get("bundle") or {}).get("path")
-    try:
-        tuning = read_archive(path).index.get("tuning", {}) if path else {}
-    except (ArchiveError, OSError):
-        return {}
-    return {gpu: len(entries) for gpu, entries in tuning_tables(tuning)[1:]}
 
 
 def preflight() -> None:
