@@ -302,7 +302,8 @@ class Bundle:
         return size.value
 
     def preload(self, problems: Iterable[Problem] = ()) -> None:
-        """Loads the kernels these problems need (all of the selection table if none)."""
+        """Loads the kernels these problems need; with none, every kernel the device can select
+        (the selection table's, the arch-wide tuning entries', its own GPU model's entries')."""
         problems = list(problems)
         array = (Problem * len(problems))(*problems) if problems else None
         check(self._lib.attnpack_preload(self.handle, array, len(problems)))

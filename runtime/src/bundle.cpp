@@ -260,7 +260,8 @@ uint64_t Bundle::workspace_size(const Problem& input) {
 void Bundle::preload(const std::vector<Problem>& problems) {
   std::vector<const KernelPlan*> wanted;
   if (problems.empty()) {
-    for (uint32_t kernel : selector_->selectable_kernels()) {
+    // the whole table as this device selects from it: its own GPU model's entries, not others'
+    for (uint32_t kernel : selector_->selectable_kernels(current_device().gpu_tuning)) {
       if (plans_[kernel].defect.empty()) wanted.push_back(&plans_[kernel]);
     }
   }

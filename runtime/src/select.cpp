@@ -399,7 +399,7 @@ Selection Selector::select(const Problem& p, std::vector<std::string>* trace) co
   return unsupported(mismatch);
 }
 
-std::vector<uint32_t> Selector::selectable_kernels() const {
+std::vector<uint32_t> Selector::selectable_kernels(int32_t gpu_tuning) const {
   std::set<uint32_t> kernels;
   for (const auto& [key, kernel] : defaults_) kernels.insert(kernel);
   auto add = [&](const TunedEntries& entries) {
@@ -409,7 +409,7 @@ std::vector<uint32_t> Selector::selectable_kernels() const {
     }
   };
   add(tuned_);
-  for (const TunedEntries& entries : tuned_by_gpu_) add(entries);
+  if (gpu_tuning >= 0 && size_t(gpu_tuning) < tuned_by_gpu_.size()) add(tuned_by_gpu_[gpu_tuning]);
   return {kernels.begin(), kernels.end()};
 }
 

@@ -67,9 +67,10 @@ class Selector {
   static std::string layout_mismatch(const KernelPlan& plan, const Problem& problem,
                                      int64_t* per_launch = nullptr);
 
-  // Kernels of every selection and tuning entry, by_gpu entries included (preload of the
-  // whole table).
-  std::vector<uint32_t> selectable_kernels() const;
+  // Kernels a device can select (preload of the whole table): every selection entry's, every
+  // arch-wide tuning entry's and those of by_gpu list `gpu_tuning` (the device's; -1: none).
+  // Another GPU model's entries never serve the device, so their kernels are not loaded.
+  std::vector<uint32_t> selectable_kernels(int32_t gpu_tuning) const;
 
  private:
   // (op, dtype, head_dim, causal) packed in one integer: the lookup runs on every launch.

@@ -10,7 +10,7 @@ reports it. The recording driver pretends to be the GPU $ATTNPACK_RECORDING_GPU_
 - a key the GPU's list lacks goes by the arch-wide rule: a GPU's entries are never the
   nearest entry of another key;
 - the reader refuses a by_gpu list that breaks the format's rules, naming the GPU;
-- preload of the whole table loads every list's kernels.
+- preload of the whole table loads the device's own list's kernels, no other list's.
 """
 import hashlib
 
@@ -219,12 +219,16 @@ def test_without_a_device_the_arch_wide_entries_serve(tmp_path, monkeypatch):
         assert "served by: tuned entry\n" in bundle.explain(fwd_problem())
 
 
-def test_preload_of_the_whole_table_loads_every_gpus_kernels(tmp_path, monkeypatch):
-    with open_on(archive(tmp_path), None, monkeypatch) as bundle:
+@pytest.mark.parametrize("gpu, images", [(H100, ["sym0", "sym1"]), (H200, ["sym0", "sym2"]),
+                                         ("NVIDIA H100 PCIe", ["sym0"]), (None, ["sym0"])])
+def test_preload_of_the_whole_table_loads_the_devices_own_kernels_only(tmp_path, monkeypatch,
+                                                                      gpu, images):
+    """Image 0 holds every default and arch-wide kernel, image 1 only the H100's entries',
+    image 2 only the H200's: a device loads its own model's, never another model's."""
+    with open_on(archive(tmp_path), gpu, monkeypatch) as bundle:
         bundle.preload()
         loaded = bundle.recorded_launches()["loaded"]
-    # image 1 serves only the H100's entries, image 2 only the H200's
-    assert sorted(s.split()[0] for s in loaded) == ["sym0", "sym1", "sym2"]
+    assert sorted(s.split()[0] for s in loaded) == images
 
 
 # ---- a by_gpu list that breaks the rules is a corrupt archive ------------------------------

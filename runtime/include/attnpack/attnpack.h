@@ -228,8 +228,10 @@ typedef struct attnpack_launch_params {
 } attnpack_launch_params;
 
 /* Loads (once per device context) every kernel the problems need, so nothing loads later,
- * e.g. during CUDA-graph capture. count == 0: every kernel of the selection table.
- * Unsupported problems are skipped (they will fall back, which needs no kernel). */
+ * e.g. during CUDA-graph capture. count == 0: every kernel the calling thread's device can
+ * select: the selection table's, the arch-wide tuning entries' and (format 2.7) its own GPU
+ * model's entries' (not another model's). Unsupported problems are skipped (they will fall
+ * back, which needs no kernel). */
 ATTNPACK_API attnpack_status attnpack_preload(attnpack_bundle* bundle,
                                               const attnpack_problem* problems, size_t count);
 
