@@ -29,6 +29,11 @@ def gpu_entry_counts(path) -> dict[str, int]:
         tuning = read_archive(path).index.get("tuning", {}) if path else {}
     except (ArchiveError, OSError):
         return {}
+    return _by_gpu_counts(tuning)
+
+
+def _by_gpu_counts(tuning: dict) -> dict[str, int]:
+    """{GPU model: its own entries} of an index's tuning map (its by_gpu lists)."""
     return {gpu: len(entries) for gpu, entries in tuning_tables(tuning)[1:]}
 
 
@@ -75,7 +80,7 @@ def summarize(ar: Archive) -> dict:
         "tuning": {"tuned_on": (None if provenance.get("status") == "untuned"
                                 else provenance.get("gpu")),
                    "entries": len(tables[0][1]),
-                   "by_gpu": {gpu: len(entries) for gpu, entries in tables[1:]}},
+                   "by_gpu": _by_gpu_counts(tuning)},
     }
 
 
