@@ -159,15 +159,17 @@ void* Bundle::function_for(DeviceContext& device, const StepPlan& step) {
   return slot.function.function;
 }
 
-Problem Bundle::with_device_facts(const Problem& input) {
+Problem Bundle::with_device_facts(const Problem& input, DeviceContext** found) {
   Problem problem = input;
+  if (found) *found = nullptr;
   const bool wants_num_sms = requires_num_sms_ && problem.sizes[kNumSms] == 0;
   const bool wants_gpu_tuning = !archive_->tuning().by_gpu.empty() && !problem.kernel;  // a forced name is not tuned
   if (!wants_num_sms && !wants_gpu_tuning) return problem;
   try {
-    const DeviceContext& device = current_device();
+    DeviceContext& device = current_device();
     if (wants_num_sms) problem.sizes[kNumSms] = device.info.num_sms;
     problem.gpu_tuning = device.gpu_tuning;
+    if (found) *found = &device;
   } catch (const Error&) {
     // No driver or device here (or another arch's): the count is unknown and the arch-wide
     // entries serve. A launch asks again and fails with the driver's own words if it gets
@@ -176,8 +178,8 @@ Problem Bundle::with_device_facts(const Problem& input) {
   return problem;
 }
 
-Selection Bundle::select_for_launch(const Problem& problem) {
-  Selection selection = selector_->select(with_device_facts(problem));
+Selection Bundle::select_for_launch(const Problem& problem, DeviceContext** device) {
+  Selection selection = selector_->select(with_device_facts(problem, device));
   if (!selection.plan) {
     {
       std::lock_guard<std::mutex> lock(unsupported_mutex_);
@@ -189,7 +191,8 @@ Selection Bundle::select_for_launch(const Problem& problem) {
 }
 
 void Bundle::run(const Problem& input, const LaunchOptions& options) {
-  const Selection selection = select_for_launch(input);
+  DeviceContext* found = nullptr;
+  const Selection selection = select_for_launch(input, &found);
   const KernelPlan& plan = *selection.plan;
   for (int t = 0; t < kNumTensors; ++t) {
     if (plan.uses_tensor[t] && input.tensors[t].address == 0) {
@@ -198,7 +201,7 @@ void Bundle::run(const Problem& input, const LaunchOptions& options) {
   }
   if (plan.uses_lse && input.lse == 0) fail(ATTNPACK_STATUS_INVALID_ARGUMENT, "lse is NULL");
 
-  DeviceContext& device = current_device();
+  DeviceContext& device = found ? *found : current_device();  // the driver's own error if none
   Problem problem = input;
   problem.sizes[kNumSms] = device.info.num_sms;
   // A batch past the grid limits runs as slices of `per_launch` (the last one shorter), one
@@ -250,29 +253,36 @@ void Bundle::run(const Problem& input, const LaunchOptions& options) {
 }
 
 uint64_t Bundle::workspace_size(const Problem& input) {
-  Selection selection = selector_->select(with_device_facts(input));
+  DeviceContext* found = nullptr;
+  Selection selection = selector_->select(with_device_facts(input, &found));
   if (!selection.plan) fail(ATTNPACK_STATUS_UNSUPPORTED, selection.unsupported_reason);
   Problem problem = input;
-  if (selection.plan->workspace_needs_num_sms) problem.sizes[kNumSms] = current_device().info.num_sms;
+  if (selection.plan->workspace_needs_num_sms) {
+    problem.sizes[kNumSms] = (found ? *found : current_device()).info.num_sms;
+  }
   return layout_workspace(*selection.plan, batch_slice(problem, 0, selection.batch_per_launch)).total;
 }
 
 void Bundle::preload(const std::vector<Problem>& problems) {
   std::vector<const KernelPlan*> wanted;
+  DeviceContext* device = nullptr;
   if (problems.empty()) {
     // the whole table as this device selects from it: its own GPU model's entries, not others'
-    for (uint32_t kernel : selector_->selectable_kernels(current_device().gpu_tuning)) {
+    device = &current_device();
+    for (uint32_t kernel : selector_->selectable_kernels(device->gpu_tuning)) {
       if (plans_[kernel].defect.empty()) wanted.push_back(&plans_[kernel]);
     }
   }
   for (const Problem& problem : problems) {
-    Selection selection = selector_->select(with_device_facts(problem));
+    DeviceContext* found = nullptr;
+    Selection selection = selector_->select(with_device_facts(problem, &found));
+    if (found) device = found;
     if (selection.plan) wanted.push_back(selection.plan);  // unsupported ones will fall back
   }
   if (wanted.empty()) return;
-  DeviceContext& device = current_device();
+  if (!device) device = &current_device();
   for (const KernelPlan* plan : wanted) {
-    for (const StepPlan& step : plan->steps) function_for(device, step);
+    for (const StepPlan& step : plan->steps) function_for(*device, step);
   }
 }
 

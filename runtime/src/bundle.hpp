@@ -91,10 +91,14 @@ class Bundle {
   // archive has by_gpu lists. When no device can be asked (e.g. explain for another vendor's
   // archive on a machine without that GPU) num_sms stays 0 (unknown: such requirements fail)
   // and gpu_tuning -1 (the arch-wide entries serve). An archive needing neither asks nothing.
-  Problem with_device_facts(const Problem& problem);
+  // `device`, when given, receives the context it asked (null if it asked none), so that a
+  // launch looks the context up once.
+  Problem with_device_facts(const Problem& problem, DeviceContext** device = nullptr);
   DeviceContext& current_device();
   void* function_for(DeviceContext& device, const StepPlan& step);
-  Selection select_for_launch(const Problem& problem);
+  // Selection for a launch, failing UNSUPPORTED where nothing serves; `device` as in
+  // with_device_facts.
+  Selection select_for_launch(const Problem& problem, DeviceContext** device);
 
   std::unique_ptr<Archive> archive_;
   std::vector<KernelPlan> plans_;
