@@ -72,7 +72,10 @@ class BundleInfo(ctypes.Structure):
                 ("format_minor", ctypes.c_uint16), ("num_kernels", ctypes.c_uint32),
                 ("num_images", ctypes.c_uint32), ("path", ctypes.c_char_p), ("arch", ctypes.c_char_p),
                 ("bundle_version", ctypes.c_char_p), ("compilers", ctypes.c_char_p),
-                ("driver", ctypes.c_char_p), ("tuned_on", ctypes.c_char_p)]
+                ("driver", ctypes.c_char_p), ("tuned_on", ctypes.c_char_p),
+                ("num_gpu_models", ctypes.c_uint32),
+                ("gpu_models", ctypes.POINTER(ctypes.c_char_p)),
+                ("gpu_entries", ctypes.POINTER(ctypes.c_uint32))]
 
 
 class Tensor(ctypes.Structure):
@@ -281,7 +284,9 @@ class Bundle:
                 "format": (info.format_major, info.format_minor),
                 "compilers": info.compilers.decode(), "driver": info.driver.decode(),
                 "kernels": info.num_kernels, "images": info.num_images,
-                "tuned_on": info.tuned_on.decode()}
+                "tuned_on": info.tuned_on.decode(),
+                "gpu_entries": {info.gpu_models[i].decode(): info.gpu_entries[i]
+                                for i in range(info.num_gpu_models)}}
 
     def select(self, problem: Problem) -> Kernel:
         """The kernel that serves `problem`; raises Unsupported with the reason otherwise."""

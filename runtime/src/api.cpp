@@ -155,12 +155,18 @@ attnpack_status attnpack_bundle_info_get(const attnpack_bundle* handle, attnpack
     info->bundle_version = archive.bundle_version().c_str();
     info->compilers = bundle.compilers_text().c_str();
     info->driver = bundle.driver_name();
-    if (info->struct_size >= sizeof(attnpack_bundle_info)) {  // version 2
+    if (info->struct_size >= offsetof(attnpack_bundle_info, num_gpu_models)) {  // version 2
       const auto& provenance = archive.tuning().provenance;
       auto gpu = provenance.find("gpu");
       bool measured = gpu != provenance.end() && provenance.count("status") &&
                       provenance.at("status") != "untuned";
       info->tuned_on = measured ? gpu->second.c_str() : "";
+    }
+    if (info->struct_size >= sizeof(attnpack_bundle_info)) {  // version 3
+      const Bundle::GpuModels& models = bundle.gpu_models();
+      info->num_gpu_models = uint32_t(models.names.size());
+      info->gpu_models = models.names.empty() ? nullptr : models.names.data();
+      info->gpu_entries = models.entries.empty() ? nullptr : models.entries.data();
     }
   });
 }

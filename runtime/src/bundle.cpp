@@ -77,6 +77,10 @@ Bundle::Bundle(const OpenOptions& options) {
   for (const auto& [name, version] : archive_->compilers()) {
     compilers_text_ += (compilers_text_.empty() ? "" : ",") + name + "=" + version;
   }
+  for (const GpuTuning& gpu : archive_->tuning().by_gpu) {
+    gpu_models_.names.push_back(gpu.gpu.c_str());
+    gpu_models_.entries.push_back(uint32_t(gpu.entries.size()));
+  }
   calls_.reset(new std::atomic<uint64_t>[kernels.size()]());
 }
 

@@ -40,6 +40,13 @@ class Bundle {
   const Archive& archive() const { return *archive_; }
   const char* driver_name() const;  // "cuda", "hip" or "recording", without loading a driver
   const std::string& compilers_text() const { return compilers_text_; }
+  // The archive's by_gpu lists as attnpack_bundle_info version 3 shows them: names (pointing
+  // into the archive's records) and entry counts, in the index's order (sorted by name).
+  struct GpuModels {
+    std::vector<const char*> names;
+    std::vector<uint32_t> entries;
+  };
+  const GpuModels& gpu_models() const { return gpu_models_; }
 
   // Selection with the device's facts a kernel's requirements name (see with_device_facts).
   Selection select(const Problem& problem, std::vector<std::string>* trace = nullptr) {
@@ -104,6 +111,7 @@ class Bundle {
   std::vector<KernelPlan> plans_;
   std::unique_ptr<Selector> selector_;
   std::string compilers_text_;
+  GpuModels gpu_models_;
   std::vector<uint32_t> image_shared_;   // per image: the most dynamic shared memory its steps use
   std::vector<uint32_t> image_cluster_;  // per image: the largest cluster its steps use
   bool requires_num_sms_ = false;         // some kernel's requirements name num_sms

@@ -32,7 +32,8 @@ static int print_layout(void) {
     FIELD(attnpack_bundle_info, num_images); FIELD(attnpack_bundle_info, path);
     FIELD(attnpack_bundle_info, arch); FIELD(attnpack_bundle_info, bundle_version);
     FIELD(attnpack_bundle_info, compilers); FIELD(attnpack_bundle_info, driver);
-    FIELD(attnpack_bundle_info, tuned_on);
+    FIELD(attnpack_bundle_info, tuned_on); FIELD(attnpack_bundle_info, num_gpu_models);
+    FIELD(attnpack_bundle_info, gpu_models); FIELD(attnpack_bundle_info, gpu_entries);
   });
   STRUCT(attnpack_tensor, {
     FIELD(attnpack_tensor, data); FIELD(attnpack_tensor, stride_b); FIELD(attnpack_tensor, stride_h);

@@ -48,7 +48,7 @@ def test_open_reports_what_the_archive_holds(toy_archives):
         assert bundle.info() == {
             "path": str(toy_archives["sm_90"]), "arch": "sm_90", "bundle_version": "0.1.0",
             "format": (2, 7), "compilers": "triton=3.6.0", "driver": "cuda", "kernels": 6,
-            "images": 3, "tuned_on": ""}
+            "images": 3, "tuned_on": "", "gpu_entries": {}}
     with rt.Bundle(toy_archives["gfx950"], arch="gfx950") as bundle:
         assert bundle.info()["driver"] == "hip" and bundle.info()["kernels"] == 4
 

@@ -10,7 +10,8 @@ reports it. The recording driver pretends to be the GPU $ATTNPACK_RECORDING_GPU_
 - a key the GPU's list lacks goes by the arch-wide rule: a GPU's entries are never the
   nearest entry of another key;
 - the reader refuses a by_gpu list that breaks the format's rules, naming the GPU;
-- preload of the whole table loads the device's own list's kernels, no other list's.
+- preload of the whole table loads the device's own list's kernels, no other list's;
+- attnpack_bundle_info (version 3) counts each list's entries, whatever the device.
 """
 import hashlib
 
@@ -229,6 +230,26 @@ def test_preload_of_the_whole_table_loads_the_devices_own_kernels_only(tmp_path,
         bundle.preload()
         loaded = bundle.recorded_launches()["loaded"]
     assert sorted(s.split()[0] for s in loaded) == images
+
+
+def test_bundle_info_counts_each_gpu_models_entries(tmp_path, monkeypatch):
+    """attnpack_bundle_info's version-3 fields: each by_gpu list's name and entry count, in the
+    index's order, on any device (and none); {} for an archive without lists; a caller with the
+    version-2 struct gets the rest and the fields are left alone."""
+    import ctypes
+    empty = {"buckets": {}, "provenance": {}, "entries": []}
+    for gpu in (H100, "NVIDIA H100 PCIe", None):
+        with open_on(archive(tmp_path), gpu, monkeypatch) as bundle:
+            assert bundle.info()["gpu_entries"] == {H100: 5, H200: 1}
+    with rt.Bundle(archive(tmp_path), arch="sm_90") as bundle:  # the CUDA driver, no device here
+        assert bundle.info()["gpu_entries"] == {H100: 5, H200: 1}
+    with open_on(archive(tmp_path, empty, name="b"), H100, monkeypatch) as bundle:
+        info = rt.BundleInfo(struct_size=ctypes.sizeof(rt.BundleInfo), num_gpu_models=7)
+        rt.check(bundle._lib.attnpack_bundle_info_get(bundle.handle, ctypes.byref(info)))
+        assert (info.num_gpu_models, bool(info.gpu_models), bool(info.gpu_entries)) == (0, False, False)
+        version2 = rt.BundleInfo(struct_size=rt.BundleInfo.num_gpu_models.offset, num_gpu_models=7)
+        rt.check(bundle._lib.attnpack_bundle_info_get(bundle.handle, ctypes.byref(version2)))
+        assert version2.num_gpu_models == 7 and version2.tuned_on == b""
 
 
 # ---- a by_gpu list that breaks the rules is a corrupt archive ------------------------------

@@ -192,12 +192,17 @@ def test_parity_ran_every_kernel_the_bundle_selects_for_the_grid():
 
 def test_bundle_info_names_the_gpu_the_database_was_tuned_on():
     """bundle_info's `tuned_on` is the header of the database the bundle was built from
-    (aot/tuning_db/<arch>.jsonl), "" where that is untuned."""
+    (aot/tuning_db/<arch>.jsonl), "" where that is untuned; its `gpu_entries` counts the
+    archive's by_gpu lists as the Python reader sees them."""
+    from attnpack.archive import read_archive
+    from attnpack.archive.format import tuning_tables
     from attnpack.tune.db import load_db
     bundle = attnpack_torch.bundle_info()["bundle"]
     db = load_db(REPO / "aot" / "tuning_db" / f"{bundle['arch']}.jsonl")
     measured = db.provenance.get("status") != "untuned"
     assert bundle["tuned_on"] == (db.provenance.get("gpu", "") if measured else "")
+    tables = tuning_tables(read_archive(bundle["path"]).index.get("tuning", {}))
+    assert bundle["gpu_entries"] == {gpu: len(entries) for gpu, entries in tables[1:]}
 
 
 def test_a_gpu_models_own_entries_serve_it_first():

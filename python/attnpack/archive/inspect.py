@@ -20,23 +20,6 @@ def _static_lds(ar: Archive, image: int, symbol: str) -> int:
         return 0
 
 
-def gpu_entry_counts(path) -> dict[str, int]:
-    """How many tuning entries of its own each GPU model has in the archive at `path`
-    (`tuning.by_gpu`, format 2.7), which serve first on a device of that name; {} where it has
-    none, or where `path` is empty or cannot be read (callers report, they do not fail)."""
-    from attnpack.archive import ArchiveError, read_archive
-    try:
-        tuning = read_archive(path).index.get("tuning", {}) if path else {}
-    except (ArchiveError, OSError):
-        return {}
-    return _by_gpu_counts(tuning)
-
-
-def _by_gpu_counts(tuning: dict) -> dict[str, int]:
-    """{GPU model: its own entries} of an index's tuning map (its by_gpu lists)."""
-    return {gpu: len(entries) for gpu, entries in tuning_tables(tuning)[1:]}
-
-
 def summarize(ar: Archive) -> dict:
     images = ar.index["images"]
     row = TARGETS.get(ar.arch)
@@ -80,7 +63,7 @@ def summarize(ar: Archive) -> dict:
         "tuning": {"tuned_on": (None if provenance.get("status") == "untuned"
                                 else provenance.get("gpu")),
                    "entries": len(tables[0][1]),
-                   "by_gpu": _by_gpu_counts(tuning)},
+                   "by_gpu": {gpu: len(entries) for gpu, entries in tables[1:]}},
     }
 
 

@@ -155,11 +155,7 @@ def bundle_info(device=None) -> dict:
     Its `bundle` names the GPU the arch-wide tuning was measured on (`tuned_on`) and how many
     entries of its own each GPU model has (`gpu_entries`), served first on a device whose name
     (torch.cuda.get_device_name) is that model's."""
-    info = _extension.load().bundle_info(_device_index(device))
-    if info.get("ok") and info.get("bundle"):
-        from attnpack.archive.inspect import gpu_entry_counts
-        info["bundle"]["gpu_entries"] = gpu_entry_counts(info["bundle"].get("path"))
-    return info
+    return _extension.load().bundle_info(_device_index(device))
 
 
 _ENTRIES = {"flash_fwd": 0, "flash_bwd": 1, "efficient_fwd": 2, "efficient_bwd": 3}

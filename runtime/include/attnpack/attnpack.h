@@ -115,6 +115,12 @@ typedef struct attnpack_bundle_info {
    * database is untuned or says nothing). Another GPU of the arch runs the same kernels, but
    * the tuned choices are that GPU's (docs/tuning.md, "Entries of another GPU"). */
   const char* tuned_on;
+  /* Version 3: the GPU models with tuning entries of their own (the database's by_gpu lists,
+   * sorted by name), `num_gpu_models` of them: gpu_models[i] has gpu_entries[i] entries, which
+   * serve first on a device whose driver reports exactly that name. 0 and NULLs when none. */
+  uint32_t num_gpu_models;
+  const char* const* gpu_models;
+  const uint32_t* gpu_entries;
 } attnpack_bundle_info;
 
 ATTNPACK_API attnpack_status attnpack_bundle_info_get(const attnpack_bundle* bundle,

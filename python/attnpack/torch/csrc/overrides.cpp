@@ -422,11 +422,15 @@ std::string bundle_json(attnpack_bundle* bundle) {
   if (attnpack_bundle_info_get(bundle, &info) != ATTNPACK_STATUS_OK) {
     return "{\"error\": " + json_string(attnpack_last_error()) + "}";
   }
+  std::string gpu_entries;  // {GPU model: its own tuning entries}
+  for (uint32_t i = 0; i < info.num_gpu_models; ++i) {
+    gpu_entries += (i ? ", " : "") + json_string(info.gpu_models[i]) + ": " + std::to_string(info.gpu_entries[i]);
+  }
   return "{\"path\": " + json_string(info.path) + ", \"arch\": " + json_string(info.arch) +
          ", \"bundle_version\": " + json_string(info.bundle_version) + ", \"compilers\": " +
          json_string(info.compilers) + ", \"driver\": " + json_string(info.driver) +
          ", \"num_kernels\": " + std::to_string(info.num_kernels) +
-         ", \"tuned_on\": " + json_string(info.tuned_on) + "}";
+         ", \"tuned_on\": " + json_string(info.tuned_on) + ", \"gpu_entries\": {" + gpu_entries + "}}";
 }
 
 }  // namespace
