@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <string_view>
@@ -28,6 +29,7 @@ constexpr char kMagic[8] = {'A', 'T', 'T', 'N', 'P', 'A', 'C', 'K'};
 constexpr uint64_t kVersionEnd = 12;    // the magic and version are readable from here on
 constexpr uint64_t kPreambleSize = 48;
 constexpr uint64_t kMaxImageBytes = uint64_t(1) << 31;  // a GPU code object is never this big
+constexpr uint64_t kMaxIndexBytes = uint64_t(256) << 20;  // python/attnpack/archive/format.py
 
 uint16_t load_le16(const uint8_t* p) { return uint16_t(p[0] | (p[1] << 8)); }
 uint32_t load_le32(const uint8_t* p) {
@@ -123,6 +125,11 @@ class Node {
   bool boolean() const {
     if (object_.type != msgpack::type::BOOLEAN) malformed("is not a boolean");
     return object_.via.boolean;
+  }
+  // A byte string (msgpack bin) as a view into the parsed buffer.
+  std::string_view bytes() const {
+    if (object_.type != msgpack::type::BIN) malformed("is not a byte string");
+    return std::string_view(object_.via.bin.ptr, object_.via.bin.size);
   }
   Sha256Digest digest() const {
     if (object_.type != msgpack::type::BIN || object_.via.bin.size != 32) {
@@ -577,9 +584,27 @@ Archive::Archive(const std::string& path) : path_(path), file_(path) {
     fail(ATTNPACK_STATUS_ARCHIVE_CORRUPT,
          describe("index fails its sha256 check (corrupt index) — re-copy or rebuild the bundle"));
   }
-  parse_index(data + index_offset_, index_size_);
+  // 3.0: the index is one zstd frame, inflated here to the size the meta says, parsed and let go
+  const uint8_t* stored = data + index_offset_;
+  const unsigned long long content_size = ZSTD_getFrameContentSize(stored, index_size_);
+  if (index_raw_size_ == 0 || index_raw_size_ > kMaxIndexBytes || content_size != index_raw_size_) {
+    fail(ATTNPACK_STATUS_ARCHIVE_CORRUPT,
+         describe("index is not a zstd frame of the " + std::to_string(index_raw_size_) +
+                  " bytes the meta says (corrupt index) — re-copy or rebuild the bundle"));
+  }
+  std::vector<uint8_t> index(index_raw_size_);
+  const size_t inflated = ZSTD_decompress(index.data(), index.size(), stored, index_size_);
+  if (ZSTD_isError(inflated) || inflated != index.size()) {
+    fail(ATTNPACK_STATUS_ARCHIVE_CORRUPT,
+         describe(std::string("index does not inflate (") +
+                  (ZSTD_isError(inflated) ? ZSTD_getErrorName(inflated) : "short") +
+                  ") — re-copy or rebuild the bundle"));
+  }
+  parse_index(index.data(), index.size());
   check_layout();
 }
+
+void Archive::FreeDictionary::operator()(ZSTD_DDict_s* dictionary) const { ZSTD_freeDDict(dictionary); }
 
 void Archive::parse_meta(const uint8_t* bytes, uint64_t size) {
   msgpack::object_handle handle = unpack_document(bytes, size, *this, "meta");
@@ -613,6 +638,7 @@ void Archive::parse_meta(const uint8_t* bytes, uint64_t size) {
   index_offset_ = meta.at("index_offset").u64();
   index_size_ = meta.at("index_size").u64();
   index_sha256_ = meta.at("index_sha256").digest();
+  index_raw_size_ = meta.at("index_raw_size").u64();
   images_offset_ = meta.at("images_offset").u64();
 }
 
@@ -669,6 +695,12 @@ void Archive::parse_index(const uint8_t* bytes, uint64_t size) {
   }
   // An index written before the tuning database has no `tuning`: no tuned entries.
   if (auto tuning = index.maybe("tuning")) tuning_ = read_tuning(*tuning, kernels_, kernel_index_);
+  if (auto dictionary = index.maybe("dictionary")) {
+    const std::string_view bytes = dictionary->bytes();
+    dictionary_.reset(ZSTD_createDDict(bytes.data(), bytes.size()));  // copies the bytes
+    if (!dictionary_) dictionary->malformed("is not a zstd dictionary");
+    dictionary_id_ = ZSTD_getDictID_fromDDict(dictionary_.get());
+  }
 }
 
 void Archive::check_layout() {
@@ -722,8 +754,21 @@ std::vector<uint8_t> Archive::image_bytes(uint32_t index) const {
     corrupt("inflates to " + std::to_string(content_size) + " bytes, the index says " +
             std::to_string(image.raw_size));
   }
+  const unsigned frame_dictionary = ZSTD_getDictID_fromFrame(compressed, image.size);
+  if (frame_dictionary != dictionary_id_) {
+    corrupt("was compressed with zstd dictionary " + std::to_string(frame_dictionary) + ", the index has " +
+            (dictionary_ ? "dictionary " + std::to_string(dictionary_id_) : std::string("none")));
+  }
   std::vector<uint8_t> raw(image.raw_size);
-  size_t written = ZSTD_decompress(raw.data(), raw.size(), compressed, image.size);
+  size_t written;
+  if (dictionary_) {
+    std::unique_ptr<ZSTD_DCtx, size_t (*)(ZSTD_DCtx*)> context(ZSTD_createDCtx(), ZSTD_freeDCtx);
+    if (!context) fail(ATTNPACK_STATUS_INTERNAL, describe("no memory for a zstd context"));
+    written = ZSTD_decompress_usingDDict(context.get(), raw.data(), raw.size(), compressed, image.size,
+                                         dictionary_.get());
+  } else {
+    written = ZSTD_decompress(raw.data(), raw.size(), compressed, image.size);
+  }
   if (ZSTD_isError(written)) corrupt(std::string("does not inflate (") + ZSTD_getErrorName(written) + ")");
   if (written != raw.size()) corrupt("inflates short");
   if (sha256(raw.data(), raw.size()) != image.sha256) corrupt("fails its sha256 check");

@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -16,10 +17,12 @@
 #include "sha256.hpp"
 #include "target.hpp"
 
+struct ZSTD_DDict_s;  // zstd.h's ZSTD_DDict
+
 namespace attnpack {
 
 constexpr uint16_t kFormatMajor = ATTNPACK_ARCHIVE_FORMAT_MAJOR;
-constexpr uint16_t kFormatMinor = 7;  // the newest minor this runtime knows (informational)
+constexpr uint16_t kFormatMinor = 0;  // the newest minor this runtime knows (informational)
 
 // A family's declared policy (the index's `families`).
 struct FamilyRecord {
@@ -198,6 +201,9 @@ class Archive {
   std::string describe(const std::string& problem) const;
 
  private:
+  struct FreeDictionary {
+    void operator()(ZSTD_DDict_s* dictionary) const;
+  };
   void parse_meta(const uint8_t* bytes, uint64_t size);
   void parse_index(const uint8_t* bytes, uint64_t size);
   void check_layout();
@@ -209,13 +215,17 @@ class Archive {
   TargetRecord target_;
   std::vector<FamilyRecord> families_;
   std::map<std::string, std::string> compilers_;
-  uint64_t index_offset_ = 0, index_size_ = 0, images_offset_ = 0;
+  uint64_t index_offset_ = 0, index_size_ = 0, index_raw_size_ = 0, images_offset_ = 0;
   Sha256Digest index_sha256_{};
   std::vector<ImageRecord> images_;
   std::vector<KernelRecord> kernels_;
   std::vector<SelectionRecord> selection_;
   std::unordered_map<std::string, uint32_t> kernel_index_;  // name -> position in kernels_
   TuningRecord tuning_;
+  // 3.0: the index's zstd dictionary, shared by every image frame (read-only: thread-safe), and
+  // its id, which each frame names; none and 0 when the images are plain frames.
+  std::unique_ptr<ZSTD_DDict_s, FreeDictionary> dictionary_;
+  unsigned dictionary_id_ = 0;
 };
 
 }  // namespace attnpack

@@ -9,9 +9,9 @@
 //   - preamble: its version or meta-size field edited;
 //   - meta / index: one msgpack node edited (an integer set to a boundary value, a string
 //     swapped for another launch-spec word or cut short, an array or map shortened, grown or
-//     reordered, a value replaced by nil), then re-encoded with every length, offset and hash
-//     recomputed, as a buggy or hostile writer would do, so the edit reaches the parser past
-//     the checksums. Half of the index mutants start from the index with a by_gpu list (format
+//     reordered, a value replaced by nil), then re-encoded (the index re-compressed, format 3.0)
+//     with every length, offset and hash recomputed, as a buggy or hostile writer would do, so
+//     the edit reaches the parser past the checksums. Half of the index mutants start from the index with a by_gpu list (format
 //     2.7) when the archive has tuning entries and no such list: a copy of its entries for a
 //     GPU the recording driver then pretends to be ($ATTNPACK_RECORDING_GPU_NAME), so that
 //     selection goes through a GPU's entries too.
@@ -39,6 +39,7 @@
 #include <vector>
 
 #include <msgpack.hpp>
+#include <zstd.h>
 
 #include "attnpack/attnpack.h"
 #include "sha256.hpp"
@@ -69,9 +70,10 @@ Bytes pack(const msgpack::object& object) {
   return Bytes(buffer.data(), buffer.data() + buffer.size());
 }
 
-// The three parts of an archive, split by its own (valid) preamble and meta.
+// The parts of an archive, split by its own (valid) preamble and meta: the index as stored
+// (one zstd frame) and inflated.
 struct Parts {
-  Bytes meta, index, images;
+  Bytes meta, stored_index, index, images;
 };
 
 const msgpack::object* map_value(const msgpack::object& map, const char* key) {
@@ -92,9 +94,19 @@ Parts split(const Bytes& file) {
   msgpack::object_handle meta = msgpack::unpack(reinterpret_cast<const char*>(parts.meta.data()), parts.meta.size());
   const uint64_t index_offset = map_value(meta.get(), "index_offset")->via.u64;
   const uint64_t index_size = map_value(meta.get(), "index_size")->via.u64;
-  parts.index.assign(file.begin() + index_offset, file.begin() + index_offset + index_size);
+  parts.stored_index.assign(file.begin() + index_offset, file.begin() + index_offset + index_size);
+  parts.index.resize(map_value(meta.get(), "index_raw_size")->via.u64);
+  ZSTD_decompress(parts.index.data(), parts.index.size(), parts.stored_index.data(), parts.stored_index.size());
   parts.images.assign(file.begin() + index_offset + index_size, file.end());
   return parts;
+}
+
+// The index as a writer stores it: one zstd frame with its content size (at a fast level here:
+// the bytes differ from the writer's, the reader's work does not).
+Bytes deflate(const Bytes& index) {
+  Bytes out(ZSTD_compressBound(index.size()));
+  out.resize(ZSTD_compress(out.data(), out.size(), index.data(), index.size(), 1));
+  return out;
 }
 
 // The preamble for `meta`, then meta, index and images.
@@ -158,9 +170,10 @@ Bytes with_gpu_tuning(const Bytes& index, std::string& gpu) {
   return pack(handle.get());
 }
 
-// The meta re-encoded for a new index: its offsets, size and sha256 made consistent again (the
-// meta's own size depends on the offsets it records, so it settles in a few passes).
-Bytes reseal_meta(const Bytes& meta_bytes, const Bytes& index) {
+// The meta re-encoded for a new stored index of `raw_size` bytes inflated: its offsets, sizes
+// and sha256 made consistent again (the meta's own size depends on the offsets it records, so
+// it settles in a few passes).
+Bytes reseal_meta(const Bytes& meta_bytes, const Bytes& index, uint64_t raw_size) {
   msgpack::object_handle handle = msgpack::unpack(reinterpret_cast<const char*>(meta_bytes.data()), meta_bytes.size());
   msgpack::object& meta = const_cast<msgpack::object&>(handle.get());
   attnpack::Sha256Digest digest = attnpack::sha256(index.data(), index.size());
@@ -172,6 +185,7 @@ Bytes reseal_meta(const Bytes& meta_bytes, const Bytes& index) {
       std::string key(kv.key.via.str.ptr, kv.key.via.str.size);
       if (key == "index_offset") kv.val.via.u64 = index_offset;
       if (key == "index_size") kv.val.via.u64 = index.size();
+      if (key == "index_raw_size") kv.val.via.u64 = raw_size;
       if (key == "images_offset") kv.val.via.u64 = index_offset + index.size();
       if (key == "index_sha256") {
         char* bin = static_cast<char*>(handle.zone()->allocate_align(32));
@@ -406,7 +420,7 @@ int main(int argc, char** argv) {
         kind = "meta";
         msgpack::object_handle handle = msgpack::unpack(reinterpret_cast<const char*>(parts.meta.data()), parts.meta.size());
         mutate.edit_document(const_cast<msgpack::object&>(handle.get()), *handle.zone());
-        mutant = assemble(original, pack(handle.get()), parts.index, parts.images);
+        mutant = assemble(original, pack(handle.get()), parts.stored_index, parts.images);
       } else {
         kind = "index";
         const Bytes& start = mutate.below(2) ? gpu_tuned_index : parts.index;
@@ -414,8 +428,8 @@ int main(int argc, char** argv) {
         for (uint64_t edits = 1 + mutate.below(2); edits > 0; --edits) {
           mutate.edit_document(const_cast<msgpack::object&>(handle.get()), *handle.zone());
         }
-        const Bytes index = pack(handle.get());
-        mutant = assemble(original, reseal_meta(parts.meta, index), index, parts.images);
+        const Bytes index = pack(handle.get()), stored = deflate(index);
+        mutant = assemble(original, reseal_meta(parts.meta, stored, index.size()), stored, parts.images);
       }
     }
     write_file(mutant_path, mutant);

@@ -88,11 +88,11 @@ def test_wrong_magic(sm90):
 
 def test_newer_format_major(sm90):
     data = bytearray(sm90.read_bytes())
-    struct.pack_into("<HH", data, 8, 3, 0)
+    struct.pack_into("<HH", data, 8, 4, 0)
     sm90.write_bytes(bytes(data))
     with pytest.raises(ArchiveError) as err:
         read_archive(sm90)
-    assert str(err.value) == ("attnpack-0.1.0-sm_90.apk: has format 3.0; this attnpack reads 2.x "
+    assert str(err.value) == ("attnpack-0.1.0-sm_90.apk: has format 4.0; this attnpack reads 3.x "
                               "— rebuild the bundle or update attnpack")
 
 
@@ -174,7 +174,7 @@ def test_inspect_json(sm90):
     result = CliRunner().invoke(main, ["inspect", str(sm90), "--json"])
     assert result.exit_code == 0
     summary = json.loads(result.output)
-    assert summary["arch"] == "sm_90" and summary["format"] == "2.7"
+    assert summary["arch"] == "sm_90" and summary["format"] == "3.0"
     assert summary["target"] == {"vendor": "nvidia", "image_kind": "cubin", "wave_size": 32,
                                  "shared_bytes": 232448, "gpus": "H100/H200",
                                  "verified": "run on the H200"}

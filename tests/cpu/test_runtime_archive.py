@@ -17,7 +17,7 @@ import pytest
 from attnpack import runtime as rt
 from attnpack.archive import read_archive
 from attnpack.archive.format import PREAMBLE
-from test_runtime_fixtures import (expect_error, flipped, patched, rehashed,  # noqa: F401
+from test_runtime_fixtures import (expect_error, flipped, patched, resealed,  # noqa: F401
                                    synthetic_archive, toy_archives, triton_fwd_archive,
                                    write_synthetic, attention_kernels, run_threads)
 
@@ -47,7 +47,7 @@ def test_open_reports_what_the_archive_holds(toy_archives):
     with open_sm90(toy_archives["sm_90"]) as bundle:
         assert bundle.info() == {
             "path": str(toy_archives["sm_90"]), "arch": "sm_90", "bundle_version": "0.1.0",
-            "format": (2, 7), "compilers": "triton=3.6.0", "driver": "cuda", "kernels": 6,
+            "format": (3, 0), "compilers": "triton=3.6.0", "driver": "cuda", "kernels": 6,
             "images": 3, "tuned_on": "", "gpu_entries": {}}
     with rt.Bundle(toy_archives["gfx950"], arch="gfx950") as bundle:
         assert bundle.info()["driver"] == "hip" and bundle.info()["kernels"] == 4
@@ -89,10 +89,10 @@ def test_every_image_inflates_to_the_readers_bytes(toy_archives, triton_fwd_arch
 
 
 def test_a_newer_minor_version_still_opens(toy_archives, tmp_path):
-    # minors are additive: unknown keys are ignored, so 2.7 reads as 2.x
-    path = patched(toy_archives["sm_90"], tmp_path / "a.apk", 8, struct.pack("<HH", 2, 7))
+    # minors are additive: unknown keys are ignored, so 3.4 reads as 3.x
+    path = patched(toy_archives["sm_90"], tmp_path / "a.apk", 8, struct.pack("<HH", 3, 4))
     with open_sm90(path) as bundle:
-        assert bundle.info()["format"] == (2, 7)
+        assert bundle.info()["format"] == (3, 4)
 
 
 # ---- bad archives ------------------------------------------------------------------------
@@ -100,16 +100,18 @@ def test_a_newer_minor_version_still_opens(toy_archives, tmp_path):
 def test_a_newer_major_version_asks_to_rebuild_or_update(toy_archives, tmp_path):
     # The preamble's version is outside every hash, so patching it is all a newer writer does.
     path = patched(toy_archives["sm_90"], tmp_path / "attnpack-0.3.0-sm_90.apk", 8,
-                   struct.pack("<HH", 3, 0))
+                   struct.pack("<HH", 4, 0))
     message = expect_error(S.ARCHIVE_VERSION, open_sm90, path)
-    assert message == (f"archive {path} has format 3.0; this runtime reads 2.x — rebuild the "
+    assert message == (f"archive {path} has format 4.0; this runtime reads 3.x — rebuild the "
                        "bundle or update the runtime")
-    # and an archive of the format before (1.x: parameters without offsets) is refused too
-    path = patched(toy_archives["sm_90"], tmp_path / "attnpack-0.0.9-sm_90.apk", 8,
-                   struct.pack("<HH", 1, 0))
-    message = expect_error(S.ARCHIVE_VERSION, open_sm90, path)
-    assert message == (f"archive {path} has format 1.0; this runtime reads 2.x — rebuild the "
-                       "bundle or update the runtime")
+    # and archives of the formats before are refused too: 2.x (its index stored plain, which
+    # this runtime would take for a corrupt frame) and 1.x (parameters without offsets)
+    for major, minor in ((2, 7), (1, 0)):
+        path = patched(toy_archives["sm_90"], tmp_path / f"attnpack-0.0.{major}-sm_90.apk", 8,
+                       struct.pack("<HH", major, minor))
+        message = expect_error(S.ARCHIVE_VERSION, open_sm90, path)
+        assert message == (f"archive {path} has format {major}.{minor}; this runtime reads 3.x "
+                           "— rebuild the bundle or update the runtime")
 
 
 def test_wrong_magic(toy_archives, tmp_path):
@@ -178,7 +180,7 @@ def test_an_image_whose_bytes_disagree_with_its_index_record(toy_archives, tmp_p
     for name, edit, problem in (("sha", wrong_sha, "fails its sha256 check"),
                                 ("size", wrong_size, f"inflates to {rec['raw_size']} bytes, the "
                                                      f"index says {rec['raw_size'] + 1}")):
-        path = rehashed(src, tmp_path / f"{name}.apk", edit_index=edit)
+        path = resealed(src, tmp_path / f"{name}.apk", edit_index=edit)
         with open_sm90(path) as bundle:
             message = expect_error(S.ARCHIVE_CORRUPT, bundle.verify_images)
             assert message.startswith(f"archive {path}: image 1 ({rec['symbol']}, used by ")
@@ -187,13 +189,13 @@ def test_an_image_whose_bytes_disagree_with_its_index_record(toy_archives, tmp_p
 
 def test_any_arch_of_a_known_vendor_opens_and_an_unknown_vendor_is_refused(toy_archives, tmp_path):
     # The runtime keeps no arch list: an arch it has never heard of opens, by its vendor.
-    path = rehashed(toy_archives["sm_90"], tmp_path / "a.apk",
+    path = resealed(toy_archives["sm_90"], tmp_path / "a.apk",
                     edit_meta=lambda meta: meta.update(arch="sm_91"))
     with rt.Bundle(path, arch="sm_91", recording=True) as bundle:
         assert bundle.info()["arch"] == "sm_91" and bundle.info()["driver"] == "recording"
     assert expect_error(S.ARCH_MISMATCH, open_sm90, path).startswith(
         f"archive {path} targets sm_91 but sm_90 was asked for")
-    path = rehashed(toy_archives["sm_90"], tmp_path / "b.apk",
+    path = resealed(toy_archives["sm_90"], tmp_path / "b.apk",
                     edit_meta=lambda meta: meta["target"].update(vendor="vulkan"))
     assert expect_error(S.ARCHIVE_CORRUPT, open_sm90, path) == (
         f"archive {path}: targets sm_90 of vendor 'vulkan', for which this runtime has no driver "
@@ -207,7 +209,7 @@ def test_a_malformed_index_names_the_field(tmp_path):
     kernel_position = sorted(k["name"] for k in kernels).index(kernels[1]["name"])
     assert expect_error(S.ARCHIVE_CORRUPT, open_sm90, path) == (
         f"archive {path}: index.kernels[{kernel_position}].steps[0] has no 'grid' — the archive "
-        "and this runtime disagree on format 2.x; rebuild the bundle")
+        "and this runtime disagree on format 3.x; rebuild the bundle")
     kernels = attention_kernels(dtypes=("fp16",), head_dims=(64,))
     kernels[0]["steps"][0]["image"] = 5
     from attnpack.archive import Image

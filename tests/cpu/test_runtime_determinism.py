@@ -17,7 +17,7 @@ from attnpack.archive.verify import verify_archive
 from attnpack.cli import main
 from attnpack.tune.db import TuningDb, load_db, merge_dbs, record_determinism, render_show, save_db
 from test_runtime_fixtures import (BWD_PRE_WORDS, BWD_WORDS, PER_KV_TILE, PER_Q_TILE,  # noqa: F401
-                                   expect_error, kernel, rehashed, step, write_synthetic)
+                                   expect_error, kernel, resealed, step, write_synthetic)
 
 S = rt.Status
 FAST = "synth/bwd/bf16-d64-full/fast"        # not deterministic (atomics)
@@ -111,7 +111,7 @@ def test_the_reader_and_verify_refuse_a_bad_alternate(tmp_path):
     assert (f"bad-sm_90.apk: tuning: entry bwd bf16 d64 full gqa1 sq128 sk128 names {FAST} as "
             "deterministic, which it is not") in problems
     # One the index lacks (same length as DET, so the edit keeps every offset)
-    missing = rehashed(archive(tmp_path, name="ok"), tmp_path / "missing-sm_90.apk",
+    missing = resealed(archive(tmp_path, name="ok"), tmp_path / "missing-sm_90.apk",
                        edit_index=lambda index: _swap_alternate(index, DET.replace("det", "dxt")))
     message = expect_error(S.ARCHIVE_CORRUPT, rt.Bundle, missing, arch="sm_90")
     assert "names kernel synth/bwd/bf16-d64-full/dxt, which is not in the index" in message

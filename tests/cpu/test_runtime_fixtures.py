@@ -133,28 +133,34 @@ def write_synthetic(path: Path, kernels: list[dict], *, arch="sm_90", images=Non
                          selection=selection, families=families, tuning=tuning)
 
 
-def rehashed(src: Path, dst: Path, edit_meta=None, edit_index=None) -> Path:
-    """A copy whose meta/index were edited and every hash recomputed, as a buggy writer would.
-
-    Edits must keep each map's packed size, so every offset stays valid.
-    """
-    from attnpack.archive.format import PREAMBLE, pack, unpack
+def resealed(src: Path, dst: Path, edit_meta=None, edit_index=None) -> Path:
+    """A copy whose meta and index were edited, with the index re-compressed and the meta's
+    sizes, offsets and hashes made consistent again (then `edit_meta` applied, so an edit of
+    those fields stands), as a buggy or hostile writer would leave it."""
+    import zstandard
+    from attnpack.archive.format import PREAMBLE, ZSTD_LEVEL, pack, unpack
     data = src.read_bytes()
     magic, major, minor, meta_size, _ = PREAMBLE.unpack_from(data)
-    meta_end = PREAMBLE.size + meta_size
-    meta = unpack(data[PREAMBLE.size:meta_end])
+    meta = unpack(data[PREAMBLE.size:PREAMBLE.size + meta_size])
     start, size = meta["index_offset"], meta["index_size"]
-    index = unpack(data[start:start + size])
+    index = unpack(zstandard.ZstdDecompressor().decompress(data[start:start + size]))
     if edit_index:
         edit_index(index)
-    index_bytes = pack(index)
-    meta["index_sha256"] = hashlib.sha256(index_bytes).digest()
-    if edit_meta:
-        edit_meta(meta)
-    meta_bytes = pack(meta)
-    assert (len(meta_bytes), len(index_bytes)) == (meta_size, size), "edits must keep sizes"
-    preamble = PREAMBLE.pack(magic, major, minor, meta_size, hashlib.sha256(meta_bytes).digest())
-    dst.write_bytes(preamble + meta_bytes + data[meta_end:start] + index_bytes + data[start + size:])
+    raw_index = pack(index)
+    index_bytes = zstandard.ZstdCompressor(level=ZSTD_LEVEL, write_checksum=False,
+                                           write_content_size=True).compress(raw_index)
+    meta.update(index_size=len(index_bytes), index_raw_size=len(raw_index),
+                index_sha256=hashlib.sha256(index_bytes).digest())
+    meta_bytes = b""
+    for _ in range(3):  # the meta's size depends on the offsets it records
+        meta["index_offset"] = PREAMBLE.size + len(meta_bytes)
+        meta["images_offset"] = meta["index_offset"] + len(index_bytes)
+        edited = unpack(pack(meta))
+        if edit_meta:
+            edit_meta(edited)
+        meta_bytes = pack(edited)
+    preamble = PREAMBLE.pack(magic, major, minor, len(meta_bytes), hashlib.sha256(meta_bytes).digest())
+    dst.write_bytes(preamble + meta_bytes + index_bytes + data[start + size:])  # + the images
     return dst
 
 

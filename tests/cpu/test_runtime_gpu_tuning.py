@@ -19,7 +19,8 @@ import pytest
 
 from attnpack import runtime as rt
 from test_runtime_fixtures import (BWD_PRE_WORDS, BWD_WORDS, FWD_WORDS, PER_KV_TILE,  # noqa: F401
-                                   PER_Q_TILE, expect_error, kernel, step, write_synthetic)
+                                   PER_Q_TILE, expect_error, kernel, resealed, step,
+                                   write_synthetic)
 
 S = rt.Status
 GPU_NAME = "ATTNPACK_RECORDING_GPU_NAME"
@@ -255,29 +256,6 @@ def test_bundle_info_counts_each_gpu_models_entries(tmp_path, monkeypatch):
 # ---- a by_gpu list that breaks the rules is a corrupt archive ------------------------------
 
 
-def resealed(src, dst, edit_index):
-    """A copy whose index was edited, with the meta's offsets, size and hashes made consistent
-    again, as a buggy writer would leave it (the edit may change the index's size)."""
-    from attnpack.archive.format import PREAMBLE, pack, unpack
-    data = src.read_bytes()
-    magic, major, minor, meta_size, _ = PREAMBLE.unpack_from(data)
-    meta = unpack(data[PREAMBLE.size:PREAMBLE.size + meta_size])
-    start, size = meta["index_offset"], meta["index_size"]
-    index = unpack(data[start:start + size])
-    edit_index(index)
-    index_bytes = pack(index)
-    meta.update(index_size=len(index_bytes), index_sha256=hashlib.sha256(index_bytes).digest())
-    meta_bytes = b""
-    for _ in range(3):  # the meta's size depends on the offsets it records
-        meta["index_offset"] = PREAMBLE.size + len(meta_bytes)
-        meta["images_offset"] = meta["index_offset"] + len(index_bytes)
-        meta_bytes = pack(meta)
-    assert PREAMBLE.size + len(meta_bytes) == meta["index_offset"]
-    preamble = PREAMBLE.pack(magic, major, minor, len(meta_bytes), hashlib.sha256(meta_bytes).digest())
-    dst.write_bytes(preamble + meta_bytes + index_bytes + data[start + size:])
-    return dst
-
-
 def _gpu_entries(index, gpu=0):
     return index["tuning"]["by_gpu"][gpu]["entries"]
 
@@ -347,7 +325,7 @@ REFUSALS = {
 @pytest.mark.parametrize("case", sorted(REFUSALS))
 def test_a_by_gpu_list_breaking_the_rules_is_a_corrupt_archive(tmp_path, monkeypatch, case):
     edit, expected = REFUSALS[case]
-    path = resealed(archive(tmp_path), tmp_path / "bad-sm_90.apk", edit)
+    path = resealed(archive(tmp_path), tmp_path / "bad-sm_90.apk", edit_index=edit)
     # refused at open, whatever the device is
     for gpu in (H100, None):
         monkeypatch.setenv(GPU_NAME, gpu or "")
@@ -359,7 +337,7 @@ def test_buckets_removed_outright_are_named_too(tmp_path):
     def drop(index):
         del index["tuning"]["buckets"]
         index["tuning"]["entries"] = []
-    path = resealed(archive(tmp_path), tmp_path / "bad-sm_90.apk", drop)
+    path = resealed(archive(tmp_path), tmp_path / "bad-sm_90.apk", edit_index=drop)
     assert expect_error(S.ARCHIVE_CORRUPT, rt.Bundle, path, arch="sm_90") == (
         f"archive {path}: index.tuning.by_gpu[0] ({H100}) has entries, but the tuning map has no "
         "seqlen and gqa buckets — rebuild the bundle")

@@ -139,7 +139,7 @@ def test_explain_tells_the_decision(synthetic_archive):
                                       D=128))
         assert text == (
             "problem: bwd bf16 B=3 Hq=32 Hkv=8 Sq=1000 Sk=1000 D=128 causal\n"
-            f"archive: {synthetic_archive} (sm_90, bundle 0.1.0, format 2.7, triton=3.6.0)\n"
+            f"archive: {synthetic_archive} (sm_90, bundle 0.1.0, format 3.0, triton=3.6.0)\n"
             "  tuning key: none (the archive has no tuning buckets)\n"
             "  default synth/bwd/bf16-d128-causal/M128: chosen\n"
             "kernel: synth/bwd/bf16-d128-causal/M128 (family synth, tile=M128)\n"

@@ -14,7 +14,7 @@ from attnpack.archive import read_archive
 from attnpack.tune.buckets import GQA_BOUNDS, SEQLEN_BOUNDS, STREAM_BOUNDS
 from attnpack.tune.db import load_db, problem_key
 from test_runtime_fixtures import (FWD_WORDS, PER_Q_TILE, attention_kernels,  # noqa: F401
-                                   expect_error, kernel, rehashed, step, toy_tuned_archive,
+                                   expect_error, kernel, resealed, step, toy_tuned_archive,
                                    write_synthetic)
 
 S = rt.Status
@@ -135,7 +135,7 @@ def test_explain_shows_the_bucket_key_and_what_served_it(toy_tuned_archive):
                                               Sk=sk, D=D, causal=True))
         assert text == (
             f"problem: fwd fp16 B=1 Hq={2 * gqa} Hkv=2 Sq={sq - 1} Sk={sk} D=32 causal\n"
-            f"archive: {path} (sm_90, bundle 0.1.0, format 2.7, triton=3.6.0)\n"
+            f"archive: {path} (sm_90, bundle 0.1.0, format 3.0, triton=3.6.0)\n"
             f"  tuning key: fwd fp16 d32 causal gqa{gqa} sq{sq} sk{sk} streams64: tuned entry\n"
             "  tuned toy/fwd/fp16-d32-causal/BLOCK32_warps2: chosen\n"
             "kernel: toy/fwd/fp16-d32-causal/BLOCK32_warps2 (family toy, BLOCK=32 warps=2)\n"
@@ -275,7 +275,7 @@ def _tampered_cases(index):
 def test_a_tampered_tuning_entry_is_a_corrupt_archive(toy_tuned_archive, tmp_path, case):
     src, _ = toy_tuned_archive
     name, edit, expected = _tampered_cases(read_archive(src).index)[case]
-    path = rehashed(src, tmp_path / "a.apk", edit_index=edit)
+    path = resealed(src, tmp_path / "a.apk", edit_index=edit)
     assert expect_error(S.ARCHIVE_CORRUPT, rt.Bundle, path, recording=True) == \
         f"archive {path}: {expected}", name
 
@@ -288,7 +288,7 @@ def test_tuning_entries_without_buckets_are_malformed(tmp_path):
         "buckets": {"gqa": [1]}, "entries": [entry], "provenance": {}})
     assert expect_error(S.ARCHIVE_CORRUPT, rt.Bundle, path, arch="sm_90") == (
         f"archive {path}: index.tuning.buckets has no 'seqlen' — the archive and this runtime "
-        "disagree on format 2.x; rebuild the bundle")
+        "disagree on format 3.x; rebuild the bundle")
     path = write_synthetic(tmp_path / "b.apk", kernels, tuning={
         "buckets": {"gqa": [1], "seqlen": []}, "entries": [entry], "provenance": {}})
     assert expect_error(S.ARCHIVE_CORRUPT, rt.Bundle, path, arch="sm_90") == (

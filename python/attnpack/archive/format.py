@@ -24,11 +24,21 @@ MAGIC = b"ATTNPACK"
 # per-program buffers); an older runtime marks a kernel using them as one it cannot launch.
 # 2.7 (additive): the tuning map may carry `by_gpu`, entries that serve one GPU model of the arch
 # first; an older runtime ignores it and serves every device by the arch-wide entries.
-FORMAT_MAJOR = 2
-FORMAT_MINOR = 7
+# 3.0: the index is stored as one zstd frame (the meta gains `index_raw_size`), and may carry a
+# zstd `dictionary` the image frames are compressed with; the rest is 2.7's.
+FORMAT_MAJOR = 3
+FORMAT_MINOR = 0
 # magic, major, minor, meta size, sha256(meta)
 PREAMBLE = struct.Struct("<8sHHI32s")
 ZSTD_LEVEL = 19
+# The images' shared dictionary (3.0): trained by zstd's fastCover at fixed parameters (no
+# search, one thread, so the same images give the same bytes) and kept where the images with
+# it plus the dictionary take fewer bytes than the images without it.
+DICTIONARY_BYTES = 112 * 1024
+DICTIONARY_K, DICTIONARY_D = 2048, 8
+# A reader refuses an index claiming more bytes than this once inflated (a corrupt size field
+# must not make it allocate without bound).
+MAX_INDEX_BYTES = 256 << 20
 SUFFIX = ".apk"
 
 

@@ -53,6 +53,8 @@ def summarize(ar: Archive) -> dict:
         "bundle_version": ar.meta["bundle_version"], "compilers": ar.meta["compilers"],
         "kernels": rows, "images": len(images), "raw_image_bytes": raw,
         "compressed_image_bytes": packed, "compression_ratio": round(raw / packed, 2) if packed else 0,
+        "dictionary_bytes": len(ar.dictionary),
+        "index_bytes": ar.meta["index_size"], "raw_index_bytes": ar.meta["index_raw_size"],
         "selection": ar.index["selection"],
         "families": {name: {**fam, "default_keys": sum(r["name"] in defaults for r in rows
                                                         if r["family"] == name),
@@ -74,7 +76,11 @@ def render(summary: dict) -> str:
              f"built with {compilers}",
              f"{len(s['kernels'])} kernels, {s['images']} images, "
              f"{s['raw_image_bytes'] / 1024:.0f} KiB raw -> {s['compressed_image_bytes'] / 1024:.0f} KiB "
-             f"zstd ({s['compression_ratio']}x), file {s['file_bytes'] / 1024:.0f} KiB",
+             f"zstd ({s['compression_ratio']}x"
+             + (f", with a {s['dictionary_bytes'] / 1024:.0f} KiB dictionary"
+                if s["dictionary_bytes"] else "")
+             + f"), index {s['raw_index_bytes'] / 1024:.0f} KiB -> {s['index_bytes'] / 1024:.0f} KiB, "
+             f"file {s['file_bytes'] / 1024:.0f} KiB",
              f"target {s['arch']} ({s['target']['gpus']}, {s['target']['vendor']}): "
              f"{s['target']['verified']}",
              f"tuning: {s['tuning']['entries']} arch-wide entries"

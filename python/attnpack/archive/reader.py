@@ -1,14 +1,15 @@
 """Read an archive and check its structure; images are inflated only when asked for."""
 from __future__ import annotations
 
+import functools
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
 import zstandard
 
-from attnpack.archive.format import (FORMAT_MAJOR, FORMAT_MINOR, MAGIC, PREAMBLE, ArchiveError,
-                                     unpack)
+from attnpack.archive.format import (FORMAT_MAJOR, FORMAT_MINOR, MAGIC, MAX_INDEX_BYTES,
+                                     PREAMBLE, ArchiveError, unpack)
 from attnpack.targets import VENDORS
 
 
@@ -44,11 +45,21 @@ class Archive:
         start = self.meta["images_offset"] + rec["offset"]
         return self._data[start:start + rec["size"]]
 
+    @property
+    def dictionary(self) -> bytes:
+        """The zstd dictionary the image frames are compressed with (3.0), or b"" for none."""
+        return self.index.get("dictionary", b"")
+
+    @functools.cached_property
+    def _decompressor(self) -> zstandard.ZstdDecompressor:
+        dictionary = zstandard.ZstdCompressionDict(self.dictionary) if self.dictionary else None
+        return zstandard.ZstdDecompressor(dict_data=dictionary)
+
     def image(self, i: int) -> bytes:
         """The raw image, inflated and checked against its sha256."""
         rec = self.index["images"][i]
         try:
-            raw = zstandard.ZstdDecompressor().decompress(self.compressed_image(i))
+            raw = self._decompressor.decompress(self.compressed_image(i))
         except zstandard.ZstdError as e:
             raise ArchiveError(self.path, f"image {i} ({rec['symbol']}) does not inflate: {e}")
         if len(raw) != rec["raw_size"] or hashlib.sha256(raw).digest() != rec["sha256"]:
@@ -61,6 +72,22 @@ def _section(path: Path, data: bytes, offset: int, size: int, what: str) -> byte
         raise ArchiveError(path, f"{what} at bytes {offset}..{offset + size} lies past the end of "
                                  f"the {len(data)}-byte file (truncated?)")
     return data[offset:offset + size]
+
+
+def _inflate_index(path: Path, stored: bytes, raw_size) -> bytes:
+    """The index's msgpack bytes from its one zstd frame, which must inflate to the meta's
+    `index_raw_size` (at most MAX_INDEX_BYTES)."""
+    try:
+        content = zstandard.frame_content_size(stored)
+    except zstandard.ZstdError:
+        content = -1
+    if not isinstance(raw_size, int) or content != raw_size or not 0 < raw_size <= MAX_INDEX_BYTES:
+        raise ArchiveError(path, f"index is not a zstd frame of the {raw_size!r} bytes the meta "
+                                 "says (corrupt index)")
+    try:
+        return zstandard.ZstdDecompressor().decompress(stored)
+    except zstandard.ZstdError as e:
+        raise ArchiveError(path, f"index does not inflate: {e}") from None
 
 
 def read_archive(path: Path | str) -> Archive:
@@ -92,7 +119,9 @@ def read_archive(path: Path | str) -> Archive:
     index_bytes = _section(path, data, meta["index_offset"], meta["index_size"], "the index")
     if hashlib.sha256(index_bytes).digest() != meta["index_sha256"]:
         raise ArchiveError(path, "index fails its sha256 check (corrupt index)")
-    index = unpack(index_bytes)
+    index = unpack(_inflate_index(path, index_bytes, meta.get("index_raw_size")))
+    if not isinstance(index, dict) or not isinstance(index.get("dictionary", b""), bytes):
+        raise ArchiveError(path, "index is not a map, or its dictionary is not a byte string")
     end = meta["images_offset"]
     for i, rec in enumerate(index["images"]):
         _section(path, data, meta["images_offset"] + rec["offset"], rec["size"], f"image {i}")

@@ -37,7 +37,7 @@ extern "C" {
 #define ATTNPACK_VERSION_MINOR 1
 #define ATTNPACK_VERSION_PATCH 0
 /* The archive format major this runtime reads (any minor of it). */
-#define ATTNPACK_ARCHIVE_FORMAT_MAJOR 2
+#define ATTNPACK_ARCHIVE_FORMAT_MAJOR 3
 
 typedef enum attnpack_status {
   ATTNPACK_STATUS_OK = 0,
