@@ -13,7 +13,6 @@ reports it. The recording driver pretends to be the GPU $ATTNPACK_RECORDING_GPU_
 - preload of the whole table loads the device's own list's kernels, no other list's;
 - attnpack_bundle_info (version 3) counts each list's entries, whatever the device.
 """
-import hashlib
 
 import pytest
 
