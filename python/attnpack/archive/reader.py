@@ -58,8 +58,18 @@ class Archive:
     def image(self, i: int) -> bytes:
         """The raw image, inflated and checked against its sha256."""
         rec = self.index["images"][i]
+        frame = self.compressed_image(i)
         try:
-            raw = self._decompressor.decompress(self.compressed_image(i))
+            named = zstandard.get_frame_parameters(frame).dict_id
+            have = zstandard.ZstdCompressionDict(self.dictionary).dict_id() if self.dictionary else 0
+        except zstandard.ZstdError as e:
+            raise ArchiveError(self.path, f"image {i} ({rec['symbol']}) does not inflate: {e}")
+        if named != have:
+            raise ArchiveError(self.path, f"image {i} ({rec['symbol']}) was compressed with zstd "
+                                          f"dictionary {named}, the index has "
+                                          + (f"dictionary {have}" if self.dictionary else "none"))
+        try:
+            raw = self._decompressor.decompress(frame)
         except zstandard.ZstdError as e:
             raise ArchiveError(self.path, f"image {i} ({rec['symbol']}) does not inflate: {e}")
         if len(raw) != rec["raw_size"] or hashlib.sha256(raw).digest() != rec["sha256"]:
