@@ -108,18 +108,20 @@ def test_the_build_compiles_each_gpu_models_entries_into_by_gpu(tmp_path, toy_bu
     shown = CliRunner().invoke(main, ["inspect", str(req.paths[0])]).output.splitlines()[3]
     assert shown == (f"tuning: 1 arch-wide entries (tuned on {H200}); 2 of {H100}'s own, served "
                      "first on that GPU")
-    # what attnpack.torch says of them: the extension's bundle JSON, which bundle_info() returns
-    # on a GPU (and `attnpack bench` records from it), shown here by explain's with no GPU
-    attnpack_torch = pytest.importorskip("attnpack.torch")
-    shape = (1, 2, 2, 1024, 1024, 32)
-    bundle = attnpack_torch.explain(shape, "fp16", archive=str(req.paths[0]), arch="sm_90")["bundle"]
-    assert (bundle["tuned_on"], bundle["gpu_entries"]) == (H200, {H100: 2})
+    with_lists = req.paths[0]
     # and a build without GPU files has no by_gpu at all (what a 2.6 archive had)
     shutil.rmtree(tmp_path / "sm_90")
     req = build(tmp_path / "out2", FIXTURES / "kernels", toy_build.cache_dir, archs=("sm_90",),
                 tuning_db_dir=tmp_path)
     ar = read_archive(req.paths[0])
     assert "by_gpu" not in ar.index["tuning"] and TOY + A not in {k["name"] for k in ar.kernels}
+    # what attnpack.torch says of both: the extension's bundle JSON, which bundle_info() returns
+    # on a GPU (and `attnpack bench` records from it), shown here by explain's with no GPU
+    attnpack_torch = pytest.importorskip("attnpack.torch")
+    shape = (1, 2, 2, 1024, 1024, 32)
+    for path, own in ((with_lists, {H100: 2}), (req.paths[0], {})):
+        bundle = attnpack_torch.explain(shape, "fp16", archive=str(path), arch="sm_90")["bundle"]
+        assert (bundle["tuned_on"], bundle["gpu_entries"]) == (H200, own)
 
 
 def test_a_gpu_entry_naming_an_undeclared_kernel_fails_the_build_naming_its_file(tmp_path):
