@@ -51,9 +51,12 @@ class Archive:
         return self.index.get("dictionary", b"")
 
     @functools.cached_property
+    def _zstd_dictionary(self) -> zstandard.ZstdCompressionDict | None:
+        return zstandard.ZstdCompressionDict(self.dictionary) if self.dictionary else None
+
+    @functools.cached_property
     def _decompressor(self) -> zstandard.ZstdDecompressor:
-        dictionary = zstandard.ZstdCompressionDict(self.dictionary) if self.dictionary else None
-        return zstandard.ZstdDecompressor(dict_data=dictionary)
+        return zstandard.ZstdDecompressor(dict_data=self._zstd_dictionary)
 
     def image(self, i: int) -> bytes:
         """The raw image, inflated and checked against its sha256."""
@@ -61,7 +64,7 @@ class Archive:
         frame = self.compressed_image(i)
         try:
             named = zstandard.get_frame_parameters(frame).dict_id
-            have = zstandard.ZstdCompressionDict(self.dictionary).dict_id() if self.dictionary else 0
+            have = self._zstd_dictionary.dict_id() if self._zstd_dictionary else 0
         except zstandard.ZstdError as e:
             raise ArchiveError(self.path, f"image {i} ({rec['symbol']}) does not inflate: {e}")
         if named != have:
