@@ -15,16 +15,11 @@ between the two.
 """
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import torch
-import triton
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "aot" / "kernels"))
-from gluon_attn import bwd  # noqa: E402  the shipped kernel, as the runtime's build compiles it
+from preprocess_sweep import Work  # beside this file: the same inputs, checks and timing
 
 
 @gluon.jit
@@ -49,33 +44,11 @@ def _persistent(o, do, delta, acc, Sq, tiles, HEAD_DIM: gl.constexpr, BLOCK_M: g
         gl.store(delta + bh.to(gl.int64) * Sq + rows, gl.sum(o_tile * do_tile, 1))
 
 
-def _time(fn) -> float:
-    return triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median") * 1e3
-
-
 def share(B: int, H: int, S: int, D: int) -> None:
-    dev = "cuda"
-    o = torch.randn(B, H, S, D, device=dev, dtype=torch.bfloat16)
-    do = torch.randn_like(o)
-    want = (o.float() * do.float()).sum(-1)
-    delta = torch.empty(B, H, S, device=dev, dtype=torch.float32)
-    acc = torch.empty(B, H, S, D, device=dev, dtype=torch.float32)
-    mb = (2 * o.numel() * 2 + acc.numel() * 4) / 1e6
+    work = Work(B, H, S, D)
+    o, do, delta, acc, mb = work.o, work.do, work.delta, work.acc, work.mb
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-
-    def timed(run) -> tuple[float, bool, float]:
-        delta.fill_(float("nan"))
-        acc.fill_(float("nan"))
-        run()
-        torch.cuda.synchronize()
-        err = (delta - want).abs().max().item()
-        ok = err < 1e-2 * max(1.0, want.abs().max().item()) and not acc.any().item()
-        return _time(run), ok, err
-
-    s = o.stride()
-    shipped_us, ok, err = timed(lambda: bwd.attn_bwd_preprocess[(triton.cdiv(S, 64), B * H)](
-        o, do, delta, acc, s[0], s[1], s[2], s[0], s[1], s[2], H, S,
-        HEAD_DIM=D, D=D, BLOCK_M=64, ZERO_DQ=True, num_warps=4))
+    shipped_us, ok, err = work.timed(work.shipped)
     print(f"B{B} H{H} S{S} d{D}: {mb:.0f} MB read and written, {sms} SMs", flush=True)
     print(f"  {'shipped (64 rows, 4 warps, every SM)':40s} {shipped_us:8.1f} us  "
           f"{mb / shipped_us:6.2f} TB/s  {'ok' if ok else 'WRONG'} (Δ error {err:.1e})", flush=True)
@@ -84,7 +57,7 @@ def share(B: int, H: int, S: int, D: int) -> None:
         for programs in (8, 16, 24, 32, 48, 66, sms):
             run = (lambda r=rows, w=warps, p=programs, t=tiles: _persistent[(p,)](
                 o, do, delta, acc, S, t, HEAD_DIM=D, BLOCK_M=r, WARPS=w, num_warps=w))
-            us, ok, err = timed(run)
+            us, ok, err = work.timed(run)
             saving = shipped_us - us * programs / sms
             print(f"  {f'P={programs}, {rows} rows, {warps} warps':40s} {us:8.1f} us  "
                   f"{mb / us:6.2f} TB/s  {'ok' if ok else 'WRONG'} (Δ error {err:.1e})  "

@@ -50,33 +50,52 @@ def _time(fn) -> float:
     return triton.testing.do_bench(fn, warmup=25, rep=200, return_mode="median") * 1e3
 
 
+class Work:
+    """The preprocess's inputs at B, H, S, D (contiguous bf16 O and dO), its outputs (Δ, dQ's
+    fp32 accumulator), torch's Δ, and the MB a call with the zeroing moves."""
+
+    def __init__(self, B: int, H: int, S: int, D: int):
+        self.shape = (B, H, S, D)
+        self.o = torch.randn(B, H, S, D, device="cuda", dtype=torch.bfloat16)
+        self.do = torch.randn_like(self.o)
+        self.want = (self.o.float() * self.do.float()).sum(-1)
+        self.delta = torch.empty(B, H, S, device="cuda", dtype=torch.float32)
+        self.acc = torch.empty(B, H, S, D, device="cuda", dtype=torch.float32)
+        self.mb = (2 * self.o.numel() * 2 + self.acc.numel() * 4) / 1e6
+
+    def timed(self, run, zero: bool = True) -> tuple[float, bool, float]:
+        """(µs, whether Δ and (with `zero`) the accumulator came out right, Δ's error) of
+        `run`, checked once on outputs filled with NaN first, then timed."""
+        self.delta.fill_(float("nan"))
+        self.acc.fill_(float("nan"))
+        run()
+        torch.cuda.synchronize()
+        err = (self.delta - self.want).abs().max().item()
+        ok = (err < 1e-2 * max(1.0, self.want.abs().max().item())
+              and (not zero or not self.acc.any().item()))
+        return _time(run), ok, err
+
+    def shipped(self) -> None:
+        """The shipped preprocess (64 rows a program, 4 warps) on every SM."""
+        B, H, S, D = self.shape
+        s = self.o.stride()
+        bwd.attn_bwd_preprocess[(triton.cdiv(S, 64), B * H)](
+            self.o, self.do, self.delta, self.acc, s[0], s[1], s[2], s[0], s[1], s[2], H, S,
+            HEAD_DIM=D, D=D, BLOCK_M=64, ZERO_DQ=True, num_warps=4)
+
+
 def sweep(B: int, H: int, S: int, D: int) -> None:
-    dev = "cuda"
-    o = torch.randn(B, H, S, D, device=dev, dtype=torch.bfloat16)
-    do = torch.randn_like(o)
-    want = (o.float() * do.float()).sum(-1)
-    delta = torch.empty(B, H, S, device=dev, dtype=torch.float32)
-    acc = torch.empty(B, H, S, D, device=dev, dtype=torch.float32)
-    mb = (2 * o.numel() * 2 + acc.numel() * 4) / 1e6
+    work = Work(B, H, S, D)
+    o, do, delta, acc, mb = work.o, work.do, work.delta, work.acc, work.mb
 
     def check(name: str, run, zero: bool = True) -> None:
         moved = mb if zero else mb / 2  # without the zeroing: O and dO read, Δ written
-        delta.fill_(float("nan"))
-        acc.fill_(float("nan"))
-        run()
-        torch.cuda.synchronize()
-        err = (delta - want).abs().max().item()
-        ok = err < 1e-2 * max(1.0, want.abs().max().item()) and (not zero or not acc.any().item())
-        us = _time(run)
+        us, ok, err = work.timed(run, zero)
         print(f"  {name:44s} {us:8.1f} us  {moved / us:6.2f} TB/s  {'ok' if ok else 'WRONG'}"
               f" (Δ error {err:.1e})", flush=True)
 
     print(f"B{B} H{H} S{S} d{D}: {mb:.0f} MB read and written", flush=True)
-    s = o.stride()
-    shipped = lambda: bwd.attn_bwd_preprocess[(triton.cdiv(S, 64), B * H)](  # noqa: E731
-        o, do, delta, acc, s[0], s[1], s[2], s[0], s[1], s[2], H, S,
-        HEAD_DIM=D, D=D, BLOCK_M=64, ZERO_DQ=True, num_warps=4)
-    check("shipped (64 rows, 4 warps)", shipped)
+    check("shipped (64 rows, 4 warps)", work.shipped)
     for rows, warps, zero_first in ((64, 4, True), (128, 4, False), (128, 8, False),
                                     (128, 8, True), (32, 4, False), (32, 2, False),
                                     (64, 2, False), (256, 8, False)):
@@ -88,7 +107,7 @@ def sweep(B: int, H: int, S: int, D: int) -> None:
           lambda: _variant[(S // 64, B * H)](o, do, delta, acc, S, H, HEAD_DIM=D, BLOCK_M=64,
                                              WARPS=4, ZERO=False, ZERO_FIRST=False, num_warps=4),
           zero=False)
-    src = torch.empty(B, H, S, D, device=dev, dtype=torch.float32)
+    src = torch.empty(B, H, S, D, device="cuda", dtype=torch.float32)
     for name, run, moved in (("torch acc.zero_()", acc.zero_, acc.numel() * 4 / 1e6),
                              ("torch acc.copy_(src), both fp32", lambda: acc.copy_(src),
                               acc.numel() * 8 / 1e6)):
