@@ -3,14 +3,18 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 import zstandard
 
-from attnpack.archive.format import (FORMAT_MAJOR, FORMAT_MINOR, MAGIC, MAX_INDEX_BYTES,
-                                     PREAMBLE, ArchiveError, unpack)
+from attnpack.archive.format import (FORMAT_MAJOR, MAGIC, MAX_INDEX_BYTES, PREAMBLE,
+                                     ArchiveError, unpack)
 from attnpack.targets import VENDORS
+
+
+_BUILD_LOCK = threading.RLock()  # the lazily built dictionary, thread locals and decompressors
 
 
 @dataclass
@@ -55,13 +59,29 @@ class Archive:
         return zstandard.ZstdCompressionDict(self.dictionary) if self.dictionary else None
 
     @functools.cached_property
+    def _per_thread(self) -> threading.local:
+        return threading.local()
+
+    @property
     def _decompressor(self) -> zstandard.ZstdDecompressor:
-        return zstandard.ZstdDecompressor(dict_data=self._zstd_dictionary)
+        """This thread's decompressor: a ZstdDecompressor must not be shared between threads,
+        and building one fills the shared dictionary's decoding tables, so builds take a lock."""
+        with _BUILD_LOCK:
+            mine = getattr(self._per_thread, "decompressor", None)
+            if mine is None:
+                mine = zstandard.ZstdDecompressor(dict_data=self._zstd_dictionary)
+                self._per_thread.decompressor = mine
+            return mine
 
     def image(self, i: int) -> bytes:
         """The raw image, inflated and checked against its sha256."""
         rec = self.index["images"][i]
         frame = self.compressed_image(i)
+        try:  # first, so that the dictionary is built under the lock
+            decompressor = self._decompressor
+        except zstandard.ZstdError as e:
+            raise ArchiveError(self.path, f"index.dictionary is not a zstd dictionary ({e}); "
+                                          "rebuild the bundle") from None
         try:
             named = zstandard.get_frame_parameters(frame).dict_id
             have = self._zstd_dictionary.dict_id() if self._zstd_dictionary else 0
@@ -72,7 +92,7 @@ class Archive:
                                           f"dictionary {named}, the index has "
                                           + (f"dictionary {have}" if self.dictionary else "none"))
         try:
-            raw = self._decompressor.decompress(frame)
+            raw = decompressor.decompress(frame)
         except zstandard.ZstdError as e:
             raise ArchiveError(self.path, f"image {i} ({rec['symbol']}) does not inflate: {e}")
         if len(raw) != rec["raw_size"] or hashlib.sha256(raw).digest() != rec["sha256"]:
