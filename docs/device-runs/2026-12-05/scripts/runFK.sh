@@ -7,7 +7,8 @@
 # (batch, head, row) order and publishing each on its head's count, the dK/dV grid launched
 # programmatically behind it with no wait for it (its load warp waits for each head's count
 # before that head's LSE and Δ), and the convert. Compiled and verified on the CPU (bf16, head
-# dims 64-128), not run. build_tools/patch_ab.sh: test_gluon_bwd.py on the patched tree (a
+# dims 64-128); the patch carries its CPU tests (with it applied tests/cpu passes: 1006). Not
+# run. build_tools/patch_ab.sh: test_gluon_bwd.py on the patched tree (a
 # hang stops at run_gpu_tests.sh's timeout; STOP_ON_TEST_FAIL skips the A/B), then the det0
 # tma1 kernels of both archives by cycles over both shape sets; then, on the patched tree, the
 # kernels of one backward call at two rows (bench/kernel_timeline.py --op bwd). On one GPU;
