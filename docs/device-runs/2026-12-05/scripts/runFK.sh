@@ -2,17 +2,17 @@
 # Prepared in the forty-first session, after run172 (runFI.sh on an H100: 16 SMs moved the
 # preprocess's 268 MB in 218 µs, 1.23 TB/s; 132 SMs in 99 µs): the first build of
 # docs/gluon-bwd.md's "preprocess beside the dK/dV kernel". bwd_beside.patch makes every fast,
-# non-wide backward four launches: a zero step of one count a (batch, query head) (and of the
-# early convert's counters), the preprocess as a persistent grid of cdiv(SMs, 8) programs of 8
-# warps walking 128-row tiles in (batch, head, row) order and publishing each on its head's
-# count, the dK/dV grid launched programmatically behind it with no wait for it (its load warp
-# waits for each head's count before that head's LSE and Δ), and the convert. Compiled and
-# verified on the CPU (bf16, head dims 64-128); the patch carries its CPU tests (with it applied
-# tests/cpu passes). Not run. build_tools/patch_ab.sh: test_gluon_bwd.py on the patched tree (a
-# hang stops at run_gpu_tests.sh's timeout; STOP_ON_TEST_FAIL skips the A/B), then the det0 tma1
-# kernels of both archives by cycles over both shape sets; then, on the patched tree, the
-# kernels of one backward call at two rows (bench/kernel_timeline.py --op bwd). On one GPU; say
-# which.
+# non-wide, non-persistent backward four launches: a zero step of one count a (batch, query
+# head) (and of the early convert's counters), the preprocess as a persistent grid of cdiv(SMs,
+# 8) programs of 8 warps walking 128-row tiles in (batch, head, row) order and publishing each
+# on its head's count, the dK/dV grid launched programmatically behind it with no wait for it
+# (its load warp waits for each head's count before that head's LSE and Δ), and the convert.
+# Compiled and verified on the CPU (bf16, head dims 64-128); the patch carries its CPU tests
+# (with it applied tests/cpu passes). Not run. build_tools/patch_ab.sh: test_gluon_bwd.py on the
+# patched tree (a hang stops at run_gpu_tests.sh's timeout; STOP_ON_TEST_FAIL skips the A/B),
+# then the det0 tma1 kernels of both archives by cycles over both shape sets; then, on the
+# patched tree, the kernels of one backward call at two rows (bench/kernel_timeline.py --op
+# bwd). On one GPU; say which.
 #   usage (device, repo root): ATTNPACK_COMMIT=<sha> OUT=$OUT bash .carry/runFK.sh > $OUT/run.log 2>&1
 cd "$(dirname "$0")/.."
 export ATTNPACK_COMMIT=${ATTNPACK_COMMIT:-unknown} OUT PYTHONUNBUFFERED=1
