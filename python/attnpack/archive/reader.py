@@ -14,7 +14,7 @@ from attnpack.archive.format import (FORMAT_MAJOR, MAGIC, MAX_INDEX_BYTES, PREAM
 from attnpack.targets import VENDORS
 
 
-_BUILD_LOCK = threading.RLock()  # the lazily built dictionary, thread locals and decompressors
+_BUILD_LOCK = threading.Lock()  # the lazily built dictionary, thread locals and decompressors
 
 
 @dataclass
