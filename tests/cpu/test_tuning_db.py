@@ -596,10 +596,19 @@ def test_an_entry_held_by_hand_keeps_its_kernel_through_a_merge(tmp_path):
     held by hand itself replaces it."""
     from attnpack.tune.db import merge_dbs, render_show
     committed = load_db(Path(__file__).resolve().parents[2] / "aot" / "tuning_db" / "sm_90.jsonl")
-    [held] = [e for e in committed.entries.values() if e.get("held")]
+    by_hand = sorted((e for e in committed.entries.values() if e.get("held")),
+                     key=lambda e: e["dtype"] != "fp16")
+    assert len(by_hand) == 2
+    held, rows_lost = by_hand
     assert (held["op"], held["dtype"], held["head_dim"], held["causal"], held["sq"]) == \
         ("bwd", "fp16", 64, False, 128) and held["kernel"].startswith("triton/")
     assert "extreme" in held["held"]
+    # run178: the tune's persistent pick lost 3 % at the rows this key serves
+    assert (rows_lost["op"], rows_lost["dtype"], rows_lost["head_dim"], rows_lost["causal"],
+            rows_lost["gqa"], rows_lost["sq"], rows_lost["streams"]) == \
+        ("bwd", "bf16", 128, True, 4, 4096, 64)
+    assert rows_lost["kernel"] == "gluon/bwd/bf16-d128-causal/M64_stages2_det0_tma1"
+    assert "run178" in rows_lost["held"]
     gluon = "gluon/bwd/fp16-d64-full/M64_stages2_det1_qN64_persistent1"
     faster = {**held, "kernel": gluon, "family": "gluon", "time_us": 1.0,
               "candidates": {gluon: 1.0, held["kernel"]: 2.0}}
