@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Prepared in the forty-third session, for an H200: every det0 tma1 backward kernel of the bf16
 # head-dim-128 keys timed at the public rows' own shapes (rows_d128_long.json: bench/shapes.json's
-# head-dim-128 rows at S2048 and longer, 16 to 64 (batch, KV head) pairs), by turns in ms as the
+# head-dim-128 rows at S2048 and longer, 16 to 128 (batch, KV head) pairs), by turns in ms as the
 # bench and the tuner time (bench/kernel_ab.py without --cycles), with cuDNN's backward beside
-# them. run176's A/B by cycles put the served kernel 2-4.5 % behind another one at four of these
+# them. run176's A/B by cycles put the served kernel 1.8-4.5 % behind another one at five of these
 # rows, while the tuner, in ms at the same work (B8 x 8 KV heads for B4 x 16 heads), read a tie:
 # this says which reading the bench's milliseconds follow. Kernel times only; nothing is merged.
 #   usage (device, repo root): ATTNPACK_COMMIT=<sha> OUT=$OUT bash .carry/runFM.sh > $OUT/run.log 2>&1
