@@ -116,6 +116,10 @@ def test_summary_geomeans_are_exact_and_count_what_served(results):
     assert model["statuses"] == {"served": 3, "fallback": 1}
     assert [(s["set"], s["op"]) for s in analysis["summary"]] == [
         ("shapes", "fwd"), ("shapes", "fwdbwd"), ("model_shapes", "fwd"), ("model_shapes", "fwdbwd")]
+    # The table prints a set's geomean to 0.001, so a miss of a 1.05x target by 0.0005 shows.
+    line = report.summary_table(analysis).splitlines()[2]
+    assert line.startswith(f"| shapes | fwd | 5 | {math.prod(ratios) ** (1 / 5):.3f}x | ")
+    assert report.fmt_geomean(1.0484) == "1.048x" and report.fmt_geomean(None) == "-"
 
 
 def test_geomean_and_percentile():
@@ -182,7 +186,7 @@ def test_markdown_tables_plots_and_files(results, tmp_path):
     assert json.loads((tmp_path / "results.json").read_text()) == results
     md = (tmp_path / "report.md").read_text()
     assert "NVIDIA H200, driver 580.159.04, torch 2.11.0+cu130, CUDA 13.0, cuDNN 91900" in md
-    assert "| shapes | fwd | 5 | 1.03x | 1.03x | 0.75x | 1.50x | 2 | 37% | 4 served, 1 not reached" in md
+    assert "| shapes | fwd | 5 | 1.028x | 1.028x | 0.75x | 1.50x | 2 | 37% | 4 served, 1 not reached" in md
     assert "![attnpack / default, fwd](speedup_fwd.png)" in md
     assert "![latency over the request stream](dynamic_stream.png)" in md
     assert "fallback: head_dim 96 not built" in md
@@ -237,7 +241,7 @@ def test_backward_alone_is_each_backends_fwdbwd_less_its_fwd(results):
     (shapes, table), (models, _) = report.backward_tables(analysis["rows"])
     assert (shapes, models) == ("shapes", "model_shapes")
     ratios = sorted(r["vs_default"] for (s, _), r in rows.items() if s == "shapes")
-    assert table.startswith(f"3 rows: x default geomean {report.fmt_ratio(report.geomean(ratios))}"
+    assert table.startswith(f"3 rows: x default geomean {report.fmt_geomean(report.geomean(ratios))}"
                             f", min {report.fmt_ratio(ratios[0])}, 3 below 1x.")
     order = [table.index(n) for n in sorted(
         ("B32 H16 S512 d128 causal", "B4 H16 S4096 d128 causal", "B4 H16 S4096 d128 full"),
@@ -405,7 +409,7 @@ def test_cli_report_only_and_json(tmp_path):
     done = runner.invoke(main, ["bench", "--report-only", str(FIXTURE), "--out", str(tmp_path),
                                 "--no-plots"])
     assert done.exit_code == 0, done.output
-    assert "| shapes | fwdbwd | 3 | 0.79x |" in done.output
+    assert "| shapes | fwdbwd | 3 | 0.790x |" in done.output
     assert (tmp_path / "report.md").is_file() and (tmp_path / "results.csv").is_file()
     done = runner.invoke(main, ["bench", "--report-only", str(FIXTURE), "--out", str(tmp_path),
                                 "--no-plots", "--json"])
