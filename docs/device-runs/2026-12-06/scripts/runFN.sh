@@ -9,23 +9,6 @@ cd "$(dirname "$0")/.."
 export ATTNPACK_COMMIT=${ATTNPACK_COMMIT:-unknown}+picks OUT PYTHONUNBUFFERED=1
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader); echo "$gpu"
 [[ "$gpu" == *H200* ]] || { echo "not an H200: nothing done"; exit 0; }
-PYTHONPATH=$PWD/python python3 - .carry/picks.json aot/tuning_db/sm_90.jsonl <<'PY' || exit 1
-import json, sys
-from attnpack.keys import TuneKey
-from attnpack.tune.db import load_db, save_db
-picks, db = json.load(open(sys.argv[1])), load_db(sys.argv[2])
-for p in picks:
-    key = TuneKey(**p["key"])
-    e = db.entries.get(key)
-    if e is None:
-        sys.exit(f"{key.text}: no entry")
-    if "det1" in p["kernel"] + e["kernel"]:
-        sys.exit(f"{key.text}: only det0 kernels are switched here (the entry says which is deterministic)")
-    if p["kernel"] not in e["candidates"]:
-        sys.exit(f"{p['kernel']} was not timed for {key.text}")
-    print(f"{e['kernel']} -> {p['kernel']}")
-    e["kernel"], e["time_us"] = p["kernel"], e["candidates"][p["kernel"]]
-save_db(db, sys.argv[2])
-PY
+PYTHONPATH=$PWD/python python3 .carry/apply_picks.py .carry/picks.json aot/tuning_db/sm_90.jsonl || exit 1
 cp aot/tuning_db/sm_90.jsonl "$OUT/sm_90_picks.txt"
 DEADLINE_S=${DEADLINE_S:-585} bash build_tools/bench_tree.sh

@@ -21,20 +21,7 @@ gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader); echo "$gpu"
 . build_tools/bench_env.sh "$OUT/logs"
 mkdir -p /tmp/bundle-committed /tmp/bundle-picks
 cp build-gpu/bundle/*.apk /tmp/bundle-committed/
-python3 - "${PICKS:-.carry/picks_s2048.json}" aot/tuning_db/sm_90.jsonl <<'PY' || exit 1
-import json, sys
-from attnpack.keys import TuneKey
-from attnpack.tune.db import load_db, save_db
-picks, db = json.load(open(sys.argv[1])), load_db(sys.argv[2])
-for p in picks:
-    key = TuneKey(**p["key"])
-    e = db.entries.get(key)
-    if e is None or p["kernel"] not in e["candidates"] or "det1" in p["kernel"] + e["kernel"]:
-        sys.exit(f"{key.text}: no det0 entry with {p['kernel']} among its candidates")
-    print(f"{key.text}: {e['kernel']} -> {p['kernel']}")
-    e["kernel"], e["time_us"] = p["kernel"], e["candidates"][p["kernel"]]
-save_db(db, sys.argv[2])
-PY
+python3 .carry/apply_picks.py "${PICKS:-.carry/picks_s2048.json}" aot/tuning_db/sm_90.jsonl || exit 1
 python3 -m attnpack.cli build --arch sm_90 -j "$(nproc)" -o /tmp/bundle-picks > "$OUT/logs/picks_build.log" 2>&1 \
   && python3 -m attnpack.cli verify /tmp/bundle-picks/*.apk >> "$OUT/logs/picks_build.log" 2>&1 \
   || { echo "picks bundle failed"; tail -n 5 "$OUT/logs/picks_build.log"; exit 1; }
